@@ -1,0 +1,43 @@
+"""The ``flameprof`` command: parses arguments, dispatches to one module per subcommand, and turns
+FlameprofError into one error line and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import FlameprofError
+
+# Each name is a module in flameprof.commands with ``register(subparsers)``.
+COMMANDS = ("run", "render")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other flameprof error
+        raise FlameprofError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="flameprof", description="Sampling profiler for deep-learning workloads.")
+    parser.add_argument("--version", action="version", version=f"flameprof {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f".commands.{name}", __package__).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except FlameprofError as exc:
+        print(f"flameprof: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("flameprof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

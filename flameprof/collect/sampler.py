@@ -1,0 +1,216 @@
+"""The in-process sampling thread (pure-Python path).
+
+Every ``1/rate`` seconds it reads the stacks of all Python threads with ``sys._current_frames()``
+and records, per thread, the wall time since that thread's previous sample and the CPU time the
+thread used meanwhile (Linux per-thread CPU clocks), so the totals are not biased by GIL waits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+from ..model import Frame, ProfileBuilder
+
+MAX_DEPTH = 1024
+_FLAMEPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_SKIP = -1
+_BOUNDARY = -2
+
+
+def thread_cpu_clock(native_id: int) -> int | None:
+    """The Linux CPU-time clock id of a thread (as glibc's MAKE_THREAD_CPUCLOCK builds it).
+
+    Reading a dead thread's clock fails with EINVAL instead of touching freed memory, which
+    ``time.pthread_getcpuclockid`` on a finished thread could.
+    """
+    if not sys.platform.startswith("linux") or not native_id:
+        return None
+    return ((~native_id) << 3) | 6
+
+
+def read_cpu(clock: int | None) -> float | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None
+
+
+class _ThreadState:
+    __slots__ = ("index", "clock", "last_wall", "last_cpu")
+
+    def __init__(self, index: int, clock: int | None, last_wall: float, last_cpu: float | None) -> None:
+        self.index = index
+        self.clock = clock
+        self.last_wall = last_wall
+        self.last_cpu = last_cpu
+
+
+class PythonSampler:
+    """Samples all threads of this process into a ProfileBuilder.
+
+    ``boundary_codes``: code objects where a stack begins (the frames that ran the target from
+    flameprof's runner); they and everything rootward of them are dropped. Frames of flameprof's
+    own package are skipped, so its frames never appear in the target's stacks.
+    ``frame_hooks`` maps a code object to ``hook(frame) -> Frame | None``: a frame to insert just
+    leafward of that frame (how layer scopes are recorded). ``scopes`` maps a thread ident to its
+    stack of ``(entered_in_frame, Frame)`` user scopes.
+    """
+
+    def __init__(self, builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> None:
+        self.builder = builder
+        self.interval = 1.0 / rate
+        self.pid = os.getpid() if pid is None else pid
+        self.boundary_codes: set = set()
+        self.frame_hooks: dict[object, Callable] = {}
+        self.scopes: dict[int, list] = {}
+        self.t0 = time.perf_counter()
+        self.ticks = 0
+        self.busy = 0.0
+        self._code_ids: dict[object, int] = {}
+        self._stack_ids: dict[tuple, int] = {}
+        self._threads: dict[int, _ThreadState] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_tick = self.t0
+
+    # -- control -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._last_tick = time.perf_counter()
+        self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and take a final sample so every thread's tail is accounted for."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+        self.sample(exclude=thread.ident)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _loop(self) -> None:
+        interval = self.interval
+        wait = self._stop.wait
+        clock = time.perf_counter
+        next_tick = clock()
+        while True:
+            next_tick += interval
+            delay = next_tick - clock()
+            if delay < 0:  # starved (e.g. a long C call held the GIL): do not try to catch up
+                next_tick = clock()
+                delay = 0
+            if wait(delay):
+                return
+            try:
+                self.sample(exclude=threading.get_ident())
+            except Exception:  # never let a sampling bug reach the target
+                pass
+
+    # -- sampling ------------------------------------------------------------------------
+    def _code_id(self, code) -> int:
+        filename = code.co_filename
+        if filename.startswith(_FLAMEPROF_DIR):
+            fid = _BOUNDARY if code in self.boundary_codes else _SKIP
+        else:
+            name = getattr(code, "co_qualname", code.co_name)
+            fid = self.builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
+        self._code_ids[code] = fid
+        return fid
+
+    def sample(self, exclude: int | None = None) -> None:
+        """Take one sample of every thread but ``exclude`` (the sampler's own)."""
+        start = time.perf_counter()
+        frames = sys._current_frames()
+        active = threading._active  # type: ignore[attr-defined]
+        builder = self.builder
+        code_ids = self._code_ids
+        stack_ids = self._stack_ids
+        hooks = self.frame_hooks
+        scopes = self.scopes
+        states = self._threads
+        now = time.perf_counter()
+        rel = now - self.t0
+        for ident, frame in frames.items():
+            if ident == exclude:
+                continue
+            state = states.get(ident)
+            thread = active.get(ident)
+            if state is None:
+                native_id = getattr(thread, "native_id", None) or ident
+                name = thread.name if thread is not None else f"Thread-{ident}"
+                index = builder.thread_id(self.pid, native_id, name)
+                clock = thread_cpu_clock(getattr(thread, "native_id", None) or 0)
+                state = states[ident] = _ThreadState(index, clock, self._last_tick, read_cpu(clock))
+            ids: list[int] = []
+            owners: list = []
+            thread_scopes = scopes.get(ident)
+            f = frame
+            while f is not None:
+                code = f.f_code
+                fid = code_ids.get(code)
+                if fid is None:
+                    fid = self._code_id(code)
+                if fid == _BOUNDARY:
+                    break
+                if fid >= 0:
+                    hook = hooks.get(code) if hooks else None
+                    if hook is not None:
+                        extra = hook(f)
+                        if extra is not None:
+                            ids.append(builder.frame(extra))
+                            owners.append(None)
+                    ids.append(fid)
+                    owners.append(f)
+                f = f.f_back
+            ids.reverse()
+            if thread_scopes:
+                owners.reverse()
+                ids = _insert_scopes(ids, owners, thread_scopes, builder)
+            if len(ids) > MAX_DEPTH:
+                dropped = len(ids) - MAX_DEPTH + 1
+                ids = ids[:MAX_DEPTH - 1] + [builder.frame(Frame(f"[{dropped} frames truncated]", kind="marker"))]
+            key = tuple(ids)
+            sid = stack_ids.get(key)
+            if sid is None:
+                sid = stack_ids[key] = builder.stack_id(ids)
+            cpu_now = read_cpu(state.clock)
+            cpu = (cpu_now - state.last_cpu) if (cpu_now is not None and state.last_cpu is not None) else 0.0
+            builder.add_sample(rel, state.index, sid, now - state.last_wall, max(cpu, 0.0))
+            state.last_wall = now
+            state.last_cpu = cpu_now
+        for ident in [i for i in states if i not in frames]:
+            del states[ident]
+        self._last_tick = now
+        self.ticks += 1
+        self.busy += time.perf_counter() - start
+
+
+def _insert_scopes(ids: list[int], owners: list, thread_scopes: list, builder: ProfileBuilder) -> list[int]:
+    """Insert each user scope's frame just leafward of the Python frame that entered it."""
+    positions = {id(f): i for i, f in enumerate(owners) if f is not None}
+    inserts: dict[int, list[int]] = {}
+    for entered_in, scope_frame in thread_scopes:
+        pos = positions.get(id(entered_in))
+        if pos is None:
+            continue
+        inserts.setdefault(pos, []).append(builder.frame(scope_frame))
+    if not inserts:
+        return ids
+    out: list[int] = []
+    for i, fid in enumerate(ids):
+        out.append(fid)
+        out.extend(inserts.get(i, ()))
+    return out

@@ -1,0 +1,250 @@
+"""The profile model: the one structure every collector writes and every analysis and renderer reads.
+
+Frames and stacks are interned: a stack is a node of a parent-pointer tree
+(``stack_parent[i]``, ``stack_frame[i]``), so a sample is one integer. Samples are
+columns (numpy arrays), one row per observation of one thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+
+# Frame kinds. ``python``: a Python function; ``native``: C/C++ code (perf, py-spy --native);
+# ``layer``: an nn.Module call; ``scope``: a user scope; ``process``/``thread``: synthetic roots;
+# ``marker``: flameprof's own notes such as a truncated stack.
+FRAME_KINDS = ("python", "native", "layer", "scope", "process", "thread", "marker")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame. ``line`` is the function's first line, so all lines of a function merge."""
+
+    name: str
+    file: str = ""
+    line: int = 0
+    kind: str = "python"
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    pid: int
+    tid: int
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    role: str = "main"
+    host: str = ""
+    cmdline: str = ""
+    ppid: int = 0
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A timestamped event on a thread: a step boundary, a phase hint from a user scope, ..."""
+
+    time: float
+    thread: int
+    name: str
+    value: str = ""
+
+
+def _f64(values: Iterable[float] = ()) -> np.ndarray:
+    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
+
+
+def _i32(values: Iterable[int] = ()) -> np.ndarray:
+    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.int32)
+
+
+@dataclass
+class Profile:
+    """A whole profile. Times are seconds; ``sample_time`` is relative to ``meta['start_time']`` (epoch)."""
+
+    frames: list[Frame] = field(default_factory=list)
+    stack_parent: np.ndarray = field(default_factory=_i32)
+    stack_frame: np.ndarray = field(default_factory=_i32)
+    threads: list[ThreadInfo] = field(default_factory=list)
+    processes: list[ProcessInfo] = field(default_factory=list)
+    sample_time: np.ndarray = field(default_factory=_f64)
+    sample_thread: np.ndarray = field(default_factory=_i32)
+    sample_stack: np.ndarray = field(default_factory=_i32)
+    sample_wall: np.ndarray = field(default_factory=_f64)
+    sample_cpu: np.ndarray = field(default_factory=_f64)
+    marks: list[Mark] = field(default_factory=list)
+    counters: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stack_parent = _i32(self.stack_parent)
+        self.stack_frame = _i32(self.stack_frame)
+        self.sample_time = _f64(self.sample_time)
+        self.sample_thread = _i32(self.sample_thread)
+        self.sample_stack = _i32(self.sample_stack)
+        self.sample_wall = _f64(self.sample_wall)
+        self.sample_cpu = _f64(self.sample_cpu)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.sample_stack)
+
+    @property
+    def duration(self) -> float:
+        """Wall-clock span of the run (``meta['duration']`` when the collector measured it)."""
+        if "duration" in self.meta:
+            return float(self.meta["duration"])
+        if not self.num_samples:
+            return 0.0
+        return float(self.sample_time.max() - (self.sample_time - self.sample_wall).min())
+
+    def weights(self, mode: str = "wall") -> np.ndarray:
+        """Per-sample weight in seconds for ``mode`` ``wall``/``cpu``, or 1 per sample for ``samples``."""
+        if mode == "wall":
+            return self.sample_wall
+        if mode == "cpu":
+            return self.sample_cpu
+        if mode == "samples":
+            return np.ones(self.num_samples)
+        raise ValueError(f"unknown weight mode {mode!r} (expected wall, cpu or samples)")
+
+    def stack_frames(self, stack: int) -> list[int]:
+        """Frame ids of ``stack``, root first."""
+        out: list[int] = []
+        parent, frame = self.stack_parent, self.stack_frame
+        while stack >= 0:
+            out.append(int(frame[stack]))
+            stack = int(parent[stack])
+        out.reverse()
+        return out
+
+    def all_stack_frames(self) -> list[tuple[int, ...]]:
+        """Frame-id tuples of every interned stack, computed once in parent order (parents precede children)."""
+        out: list[tuple[int, ...]] = [()] * len(self.stack_parent)
+        parents = self.stack_parent.tolist()
+        frames = self.stack_frame.tolist()
+        for i, (p, f) in enumerate(zip(parents, frames)):
+            out[i] = (out[p] + (f,)) if p >= 0 else (f,)
+        return out
+
+    def validate(self) -> None:
+        """Raise ValueError when the tables do not reference each other consistently."""
+        n = self.num_samples
+        for name in ("sample_time", "sample_thread", "sample_wall", "sample_cpu"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"column {name} has {len(getattr(self, name))} rows, expected {n}")
+        if len(self.stack_parent) != len(self.stack_frame):
+            raise ValueError("stack tables differ in length")
+        ns = len(self.stack_parent)
+        if ns and (self.stack_parent.max() >= ns or self.stack_parent.min() < -1):
+            raise ValueError("stack parent out of range")
+        if ns and np.any(self.stack_parent >= np.arange(ns)):
+            raise ValueError("stack parent must precede its child")
+        if ns and (self.stack_frame.min() < 0 or self.stack_frame.max() >= len(self.frames)):
+            raise ValueError("stack frame out of range")
+        if n and (self.sample_stack.min() < -1 or self.sample_stack.max() >= ns):
+            raise ValueError("sample stack out of range")
+        if n and (self.sample_thread.min() < 0 or self.sample_thread.max() >= len(self.threads)):
+            raise ValueError("sample thread out of range")
+
+
+class ProfileBuilder:
+    """Interns frames and stacks and appends samples; collectors and importers build profiles through it."""
+
+    def __init__(self, meta: dict | None = None) -> None:
+        self.frames: list[Frame] = []
+        self._frame_ids: dict[Frame, int] = {}
+        self.stack_parent: list[int] = []
+        self.stack_frame: list[int] = []
+        self._stack_ids: dict[tuple[int, int], int] = {}
+        self.threads: list[ThreadInfo] = []
+        self._thread_ids: dict[tuple[int, int], int] = {}
+        self.processes: list[ProcessInfo] = []
+        self.time: list[float] = []
+        self.thread: list[int] = []
+        self.stack: list[int] = []
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.marks: list[Mark] = []
+        self.counters: dict[str, tuple[list[float], list[float]]] = {}
+        self.meta: dict = dict(meta or {})
+
+    def frame(self, frame: Frame) -> int:
+        fid = self._frame_ids.get(frame)
+        if fid is None:
+            fid = self._frame_ids[frame] = len(self.frames)
+            self.frames.append(frame)
+        return fid
+
+    def stack_id(self, frame_ids: Iterable[int], parent: int = -1) -> int:
+        """Intern a root-first sequence of frame ids below ``parent``; -1 is the empty stack."""
+        ids = self._stack_ids
+        for fid in frame_ids:
+            key = (parent, fid)
+            sid = ids.get(key)
+            if sid is None:
+                sid = ids[key] = len(self.stack_parent)
+                self.stack_parent.append(parent)
+                self.stack_frame.append(fid)
+            parent = sid
+        return parent
+
+    def thread_id(self, pid: int, tid: int, name: str = "") -> int:
+        key = (pid, tid)
+        idx = self._thread_ids.get(key)
+        if idx is None:
+            idx = self._thread_ids[key] = len(self.threads)
+            self.threads.append(ThreadInfo(pid, tid, name))
+        elif name and self.threads[idx].name != name:
+            self.threads[idx] = ThreadInfo(pid, tid, name)
+        return idx
+
+    def process(self, info: ProcessInfo) -> None:
+        if all(p.pid != info.pid or p.host != info.host for p in self.processes):
+            self.processes.append(info)
+
+    def add_sample(self, time: float, thread: int, stack: int, wall: float, cpu: float = 0.0) -> None:
+        self.time.append(time)
+        self.thread.append(thread)
+        self.stack.append(stack)
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+
+    def add_stack_sample(self, frames: Iterable[Frame], weight: float, thread: int = 0, time: float = 0.0,
+                         cpu: float | None = None) -> None:
+        """Convenience for importers: one aggregated stack with a weight in seconds."""
+        sid = self.stack_id([self.frame(f) for f in frames])
+        self.add_sample(time, thread, sid, weight, weight if cpu is None else cpu)
+
+    def build(self) -> Profile:
+        return Profile(
+            frames=list(self.frames),
+            stack_parent=np.asarray(self.stack_parent, dtype=np.int32),
+            stack_frame=np.asarray(self.stack_frame, dtype=np.int32),
+            threads=list(self.threads),
+            processes=list(self.processes),
+            sample_time=np.asarray(self.time, dtype=np.float64),
+            sample_thread=np.asarray(self.thread, dtype=np.int32),
+            sample_stack=np.asarray(self.stack, dtype=np.int32),
+            sample_wall=np.asarray(self.wall, dtype=np.float64),
+            sample_cpu=np.asarray(self.cpu, dtype=np.float64),
+            marks=list(self.marks),
+            counters={k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                      for k, (t, v) in self.counters.items()},
+            meta=dict(self.meta),
+        )
+
+
+def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:
+    """Aggregate samples into (root-first frame ids, summed weight), the input of tree and folded renderers."""
+    weights = profile.weights(mode)
+    if not profile.num_samples:
+        return
+    sums = np.bincount(profile.sample_stack + 1, weights=weights, minlength=len(profile.stack_parent) + 1)
+    stacks = profile.all_stack_frames()
+    for sid in np.nonzero(sums)[0].tolist():
+        yield (stacks[sid - 1] if sid else ()), float(sums[sid])

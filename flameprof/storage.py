@@ -1,0 +1,147 @@
+"""The ``.flameprof`` file: a zip of JSON tables and ``.npy`` columns, loadable without pickle.
+
+Layout (format version 1, documented in the README):
+  meta.json        {"format": "flameprof", "version": 1, ...run metadata}
+  frames.json      [[name, file, line, kind], ...]
+  threads.json     [[pid, tid, name], ...]
+  processes.json   [[pid, role, host, cmdline, ppid], ...]
+  marks.json       [[time, thread, name, value], ...]
+  counters.json    {name: [[time...], [value...]]}
+  stack_parent.npy int32, stack_frame.npy int32
+  sample_time.npy  int64 microseconds since meta.start_time
+  sample_thread.npy int32, sample_stack.npy int32
+  sample_wall.npy, sample_cpu.npy  int64 microseconds
+Writes go to a temporary file renamed into place, so a reader never sees half a profile.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from .errors import FlameprofError
+from .model import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+
+FORMAT = "flameprof"
+VERSION = 1
+_US = 1e6
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _us(seconds: np.ndarray) -> np.ndarray:
+    return np.rint(seconds * _US).astype(np.int64)
+
+
+def dumps(profile: Profile) -> bytes:
+    """Serialise ``profile`` to the bytes of a ``.flameprof`` file."""
+    meta = dict(profile.meta, format=FORMAT, version=VERSION)
+    tables = {
+        "meta.json": meta,
+        "frames.json": [[f.name, f.file, f.line, f.kind] for f in profile.frames],
+        "threads.json": [[t.pid, t.tid, t.name] for t in profile.threads],
+        "processes.json": [[p.pid, p.role, p.host, p.cmdline, p.ppid] for p in profile.processes],
+        "marks.json": [[m.time, m.thread, m.name, m.value] for m in profile.marks],
+        "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
+    }
+    columns = {
+        "stack_parent": profile.stack_parent.astype(np.int32),
+        "stack_frame": profile.stack_frame.astype(np.int32),
+        "sample_time": _us(profile.sample_time),
+        "sample_thread": profile.sample_thread.astype(np.int32),
+        "sample_stack": profile.sample_stack.astype(np.int32),
+        "sample_wall": _us(profile.sample_wall),
+        "sample_cpu": _us(profile.sample_cpu),
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, table in tables.items():
+            zf.writestr(name, json.dumps(table, separators=(",", ":")))
+        for name, column in columns.items():
+            zf.writestr(name + ".npy", _npy(column))
+    return buf.getvalue()
+
+
+def save(profile: Profile, path: str | os.PathLike) -> None:
+    """Write ``profile`` atomically (temporary file in the same directory, then rename)."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    data = dumps(profile)
+    fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def is_flameprof_file(head: bytes) -> bool:
+    """True when ``head`` (the first bytes of a file) looks like a ``.flameprof`` zip."""
+    return head.startswith(b"PK\x03\x04")
+
+
+def loads(data: bytes, source: str = "<bytes>") -> Profile:
+    """Parse the bytes of a ``.flameprof`` file; any defect raises FlameprofError naming ``source``."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            def table(name: str):
+                return json.loads(zf.read(name).decode("utf-8"))
+
+            def column(name: str) -> np.ndarray:
+                return np.load(io.BytesIO(zf.read(name + ".npy")), allow_pickle=False)
+
+            meta = table("meta.json")
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise FlameprofError(f"{source}: not a flameprof profile")
+            if int(meta.get("version", 0)) > VERSION:
+                raise FlameprofError(f"{source}: profile format version {meta.get('version')} is newer than "
+                                     f"this flameprof reads ({VERSION}); upgrade flameprof")
+            counters = {k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                        for k, (t, v) in table("counters.json").items()}
+            profile = Profile(
+                frames=[Frame(str(n), str(f), int(l), str(k)) for n, f, l, k in table("frames.json")],
+                stack_parent=column("stack_parent"),
+                stack_frame=column("stack_frame"),
+                threads=[ThreadInfo(int(p), int(t), str(n)) for p, t, n in table("threads.json")],
+                processes=[ProcessInfo(int(p), str(r), str(h), str(c), int(pp))
+                           for p, r, h, c, pp in table("processes.json")],
+                sample_time=column("sample_time") / _US,
+                sample_thread=column("sample_thread"),
+                sample_stack=column("sample_stack"),
+                sample_wall=column("sample_wall") / _US,
+                sample_cpu=column("sample_cpu") / _US,
+                marks=[Mark(float(t), int(th), str(n), str(v)) for t, th, n, v in table("marks.json")],
+                counters=counters,
+                meta=meta,
+            )
+            profile.validate()
+            return profile
+    except FlameprofError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, EOFError, UnicodeDecodeError) as exc:
+        raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
+
+
+def load(path: str | os.PathLike) -> Profile:
+    """Read a ``.flameprof`` file."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise FlameprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return loads(data, path)
