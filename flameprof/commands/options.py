@@ -1,0 +1,34 @@
+"""Command-line options shared by several subcommands, so each is spelled one way."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..outputs import OutputOptions
+
+
+def positive_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid rate {text!r}") from None
+    if not 0 < value <= 10_000:
+        raise argparse.ArgumentTypeError(f"rate must be between 0 and 10000 Hz, not {text}")
+    return value
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    """How profiles are shown: weight, folded counts, flame graph look."""
+    parser.add_argument("--mode", choices=("wall", "cpu"), default="wall",
+                        help="weight shown: wall time (idle time visible) or CPU time (default: wall)")
+    parser.add_argument("--count", choices=("samples", "ms"), default="samples",
+                        help="unit of the counts in folded output (default: samples)")
+    parser.add_argument("--title", help="flame graph title")
+    parser.add_argument("--minwidth", type=float, default=0.1, metavar="PX",
+                        help="omit frames narrower than PX pixels (default: 0.1)")
+    parser.add_argument("--icicle", action="store_true", help="draw the flame graph top-down")
+
+
+def output_options(args: argparse.Namespace) -> OutputOptions:
+    return OutputOptions(mode=args.mode, count=args.count, view=getattr(args, "view", "code"), title=args.title,
+                         minwidth=args.minwidth, icicle=args.icicle)
