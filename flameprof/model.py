@@ -2,7 +2,8 @@
 
 Frames and stacks are interned: a stack is a node of a parent-pointer tree
 (``stack_parent[i]``, ``stack_frame[i]``), so a sample is one integer. Samples are
-columns (numpy arrays), one row per observation of one thread.
+columns (numpy arrays), one row per observation of one thread. The record types and the
+builder live in ``records`` (importable without numpy) and are re-exported here.
 """
 
 from __future__ import annotations
@@ -12,46 +13,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-# Frame kinds. ``python``: a Python function; ``native``: C/C++ code (perf, py-spy --native);
-# ``layer``: an nn.Module call; ``scope``: a user scope; ``process``/``thread``: synthetic roots;
-# ``marker``: flameprof's own notes such as a truncated stack.
-FRAME_KINDS = ("python", "native", "layer", "scope", "process", "thread", "marker")
+from .records import FRAME_KINDS, Frame, Mark, ProcessInfo, ProfileBuilder, ThreadInfo
 
-
-@dataclass(frozen=True)
-class Frame:
-    """One stack frame. ``line`` is the function's first line, so all lines of a function merge."""
-
-    name: str
-    file: str = ""
-    line: int = 0
-    kind: str = "python"
-
-
-@dataclass(frozen=True)
-class ThreadInfo:
-    pid: int
-    tid: int
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    pid: int
-    role: str = "main"
-    host: str = ""
-    cmdline: str = ""
-    ppid: int = 0
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A timestamped event on a thread: a step boundary, a phase hint from a user scope, ..."""
-
-    time: float
-    thread: int
-    name: str
-    value: str = ""
+__all__ = ["FRAME_KINDS", "Frame", "Mark", "ProcessInfo", "Profile", "ProfileBuilder", "ThreadInfo", "iter_stacks"]
 
 
 def _f64(values: Iterable[float] = ()) -> np.ndarray:
@@ -150,93 +114,6 @@ class Profile:
             raise ValueError("sample stack out of range")
         if n and (self.sample_thread.min() < 0 or self.sample_thread.max() >= len(self.threads)):
             raise ValueError("sample thread out of range")
-
-
-class ProfileBuilder:
-    """Interns frames and stacks and appends samples; collectors and importers build profiles through it."""
-
-    def __init__(self, meta: dict | None = None) -> None:
-        self.frames: list[Frame] = []
-        self._frame_ids: dict[Frame, int] = {}
-        self.stack_parent: list[int] = []
-        self.stack_frame: list[int] = []
-        self._stack_ids: dict[tuple[int, int], int] = {}
-        self.threads: list[ThreadInfo] = []
-        self._thread_ids: dict[tuple[int, int], int] = {}
-        self.processes: list[ProcessInfo] = []
-        self.time: list[float] = []
-        self.thread: list[int] = []
-        self.stack: list[int] = []
-        self.wall: list[float] = []
-        self.cpu: list[float] = []
-        self.marks: list[Mark] = []
-        self.counters: dict[str, tuple[list[float], list[float]]] = {}
-        self.meta: dict = dict(meta or {})
-
-    def frame(self, frame: Frame) -> int:
-        fid = self._frame_ids.get(frame)
-        if fid is None:
-            fid = self._frame_ids[frame] = len(self.frames)
-            self.frames.append(frame)
-        return fid
-
-    def stack_id(self, frame_ids: Iterable[int], parent: int = -1) -> int:
-        """Intern a root-first sequence of frame ids below ``parent``; -1 is the empty stack."""
-        ids = self._stack_ids
-        for fid in frame_ids:
-            key = (parent, fid)
-            sid = ids.get(key)
-            if sid is None:
-                sid = ids[key] = len(self.stack_parent)
-                self.stack_parent.append(parent)
-                self.stack_frame.append(fid)
-            parent = sid
-        return parent
-
-    def thread_id(self, pid: int, tid: int, name: str = "") -> int:
-        key = (pid, tid)
-        idx = self._thread_ids.get(key)
-        if idx is None:
-            idx = self._thread_ids[key] = len(self.threads)
-            self.threads.append(ThreadInfo(pid, tid, name))
-        elif name and self.threads[idx].name != name:
-            self.threads[idx] = ThreadInfo(pid, tid, name)
-        return idx
-
-    def process(self, info: ProcessInfo) -> None:
-        if all(p.pid != info.pid or p.host != info.host for p in self.processes):
-            self.processes.append(info)
-
-    def add_sample(self, time: float, thread: int, stack: int, wall: float, cpu: float = 0.0) -> None:
-        self.time.append(time)
-        self.thread.append(thread)
-        self.stack.append(stack)
-        self.wall.append(wall)
-        self.cpu.append(cpu)
-
-    def add_stack_sample(self, frames: Iterable[Frame], weight: float, thread: int = 0, time: float = 0.0,
-                         cpu: float | None = None) -> None:
-        """Convenience for importers: one aggregated stack with a weight in seconds."""
-        sid = self.stack_id([self.frame(f) for f in frames])
-        self.add_sample(time, thread, sid, weight, weight if cpu is None else cpu)
-
-    def build(self) -> Profile:
-        return Profile(
-            frames=list(self.frames),
-            stack_parent=np.asarray(self.stack_parent, dtype=np.int32),
-            stack_frame=np.asarray(self.stack_frame, dtype=np.int32),
-            threads=list(self.threads),
-            processes=list(self.processes),
-            sample_time=np.asarray(self.time, dtype=np.float64),
-            sample_thread=np.asarray(self.thread, dtype=np.int32),
-            sample_stack=np.asarray(self.stack, dtype=np.int32),
-            sample_wall=np.asarray(self.wall, dtype=np.float64),
-            sample_cpu=np.asarray(self.cpu, dtype=np.float64),
-            marks=list(self.marks),
-            counters={k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                      for k, (t, v) in self.counters.items()},
-            meta=dict(self.meta),
-        )
 
 
 def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from . import storage
 from .errors import FlameprofError
-from .model import Profile
+
+if TYPE_CHECKING:
+    from .model import Profile
 
 
 @dataclass
@@ -52,8 +54,9 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
-def write_outputs(profile: Profile, outdir: str, options: OutputOptions) -> list[str]:
+def write_outputs(profile: "Profile", outdir: str, options: OutputOptions) -> list[str]:
     """Write profile.flameprof, profile.folded and profile.svg; returns their paths."""
+    from . import storage
     from .render.folded import folded_lines
     from .render.svg import render_svg
 

@@ -12,10 +12,13 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .collect.sampler import PythonSampler
-from .model import ProcessInfo, Profile, ProfileBuilder
+from .records import ProfileBuilder
+
+if TYPE_CHECKING:
+    from .model import Profile
 
 
 class _Session:
@@ -50,7 +53,7 @@ class _Session:
         assert self.sampler is not None
         return time.perf_counter() - self.sampler.t0
 
-    def snapshot(self, first: int, last: int, meta: dict) -> Profile:
+    def snapshot(self, first: int, last: int, meta: dict) -> "Profile":
         """A Profile of samples ``first:last`` with the session's frames and stacks."""
         assert self.builder is not None and self.sampler is not None
         with self.lock:
@@ -93,7 +96,7 @@ class Profiler:
         self.rate = rate
         self.mode = mode
         self.render_options = render_options
-        self.profile: Profile | None = None
+        self.profile: "Profile | None" = None
         self._first: int | None = None
         self._t_start = 0.0
 
@@ -110,7 +113,7 @@ class Profiler:
         self._t_start = SESSION.now()
         return self
 
-    def stop(self) -> Profile:
+    def stop(self) -> "Profile":
         """Stop sampling (the shared sampler stops with its last user) and return this window's profile."""
         if self._first is None:
             raise RuntimeError("this Profiler is not running")

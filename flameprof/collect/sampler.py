@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from ..model import Frame, ProfileBuilder
+from ..records import Frame, ProfileBuilder
 
 MAX_DEPTH = 1024
 _FLAMEPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..outputs import OutputOptions
+if TYPE_CHECKING:
+    from ..outputs import OutputOptions
+
 
 
 def positive_rate(text: str) -> float:
@@ -29,6 +32,8 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--icicle", action="store_true", help="draw the flame graph top-down")
 
 
-def output_options(args: argparse.Namespace) -> OutputOptions:
+def output_options(args: argparse.Namespace) -> "OutputOptions":
+    from ..outputs import OutputOptions
+
     return OutputOptions(mode=args.mode, count=args.count, view=getattr(args, "view", "code"), title=args.title,
                          minwidth=args.minwidth, icicle=args.icicle)

@@ -15,7 +15,6 @@ import sys
 
 from ..collect import runner
 from ..errors import FlameprofError
-from ..outputs import prepare_output_dir
 from .options import add_render_options, output_options, positive_rate
 
 
@@ -48,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if not rest:
         raise FlameprofError("run: nothing to run (give a script, or -m module)")
     target = runner.module_target(rest[0], rest[1:]) if args.module else runner.script_target(rest[0], rest[1:])
+    from ..outputs import prepare_output_dir
+
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
 
