@@ -1,0 +1,122 @@
+"""The Python API: Profiler start/stop/save, context manager, decorator, nesting and reuse."""
+
+import threading
+import time
+
+import pytest
+
+import flameprof
+from flameprof.profiler import SESSION, Profiler
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def frame_names(profile):
+    return {profile.frames[f].name for s in set(profile.sample_stack.tolist()) if s >= 0
+            for f in profile.stack_frames(s)}
+
+
+def test_start_stop_returns_this_windows_samples():
+    profiler = Profiler(rate=500)
+    profiler.start()
+    spin(0.2)
+    profile = profiler.stop()
+    assert profile.num_samples >= 20
+    assert "spin" in frame_names(profile)
+    assert profile.duration == pytest.approx(0.2, abs=0.1)
+    assert not SESSION.users and not SESSION.sampler.running
+
+
+def test_context_manager_saves_outputs(tmp_path):
+    with flameprof.profile(output=tmp_path / "out", rate=500):
+        spin(0.1)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "profile.flameprof", "profile.folded", "profile.svg"]
+    assert "spin (" in (tmp_path / "out" / "profile.folded").read_text()
+
+
+def test_decorator_profiles_each_call(tmp_path):
+    decorator = Profiler(output=tmp_path / "dec", rate=500)
+
+    @decorator
+    def work(x):
+        spin(0.05)
+        return x * 2
+
+    assert work(21) == 42
+    first = decorator.profile
+    assert work(1) == 2
+    assert decorator.profile is not first and decorator.profile.num_samples > 0
+    assert (tmp_path / "dec" / "profile.svg").exists()
+
+
+def test_nested_profilers_share_one_sampler_and_see_their_own_windows():
+    outer = Profiler(rate=500).start()
+    spin(0.1)
+    inner = Profiler(rate=500).start()
+    assert SESSION.users == 2
+    spin(0.1)
+    inner_profile = inner.stop()
+    assert SESSION.sampler.running
+    spin(0.1)
+    outer_profile = outer.stop()
+    assert not SESSION.sampler.running
+    assert outer_profile.sample_wall.sum() > inner_profile.sample_wall.sum() * 2
+    assert inner_profile.duration == pytest.approx(0.1, abs=0.05)
+
+
+def test_misuse_raises_clear_errors():
+    profiler = Profiler()
+    with pytest.raises(RuntimeError, match="not running"):
+        profiler.stop()
+    with pytest.raises(RuntimeError, match="stop"):
+        profiler.save("x")
+    profiler.start()
+    with pytest.raises(RuntimeError, match="already running"):
+        profiler.start()
+    profiler.stop()
+    with pytest.raises(ValueError):
+        Profiler(rate=0)
+
+
+def test_threads_started_and_finished_while_sampling_are_recorded():
+    def worker():
+        spin(0.1)
+
+    with Profiler(rate=500) as profiler:
+        threads = [threading.Thread(target=worker, name=f"w{i}") for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    names = {t.name for t in profiler.profile.threads}
+    assert {"w0", "w1", "w2"} <= names
+    for i, t in enumerate(profiler.profile.threads):
+        if t.name.startswith("w"):
+            wall = profiler.profile.sample_wall[profiler.profile.sample_thread == i].sum()
+            assert 0.05 < wall < 0.4
+
+
+def test_deep_recursion_is_truncated_with_a_marker():
+    def recurse(n):
+        if n == 0:
+            spin(0.1)
+            return
+        recurse(n - 1)
+
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(5000)
+    try:
+        with Profiler(rate=500) as profiler:
+            recurse(1500)
+    finally:
+        sys.setrecursionlimit(limit)
+    profile = profiler.profile
+    markers = [f for f in profile.frames if f.kind == "marker"]
+    assert markers and "truncated" in markers[0].name
+    assert max(len(profile.stack_frames(s)) for s in set(profile.sample_stack.tolist()) if s >= 0) <= 1024
