@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from .collect.counters import CounterRecorder
 from .collect.sampler import PythonSampler
 from .records import ProfileBuilder
 
@@ -28,6 +29,7 @@ class _Session:
         self.lock = threading.RLock()
         self.users = 0
         self.sampler: PythonSampler | None = None
+        self.counters: CounterRecorder | None = None
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
 
@@ -38,6 +40,8 @@ class _Session:
                 self.start_time = time.time()
                 self.sampler = PythonSampler(self.builder, rate)
                 self.sampler.start()
+                self.counters = CounterRecorder(self.sampler.t0)
+                self.sampler.tick_hooks.append(self.counters.tick)
             self.users += 1
 
     def release(self) -> None:
@@ -61,6 +65,9 @@ class _Session:
             profile = b.build()
         for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
             setattr(profile, name, getattr(profile, name)[first:last])
+        if self.counters is not None:
+            start = float(meta.get("window_start", 0.0))
+            profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
         sampler = self.sampler
         profile.meta = dict(meta, start_time=self.start_time, sampler="python", rate=1.0 / sampler.interval,
                             ticks=sampler.ticks, sampler_busy=sampler.busy)

@@ -69,6 +69,7 @@ class PythonSampler:
         self.boundary_codes: set = set()
         self.frame_hooks: dict[object, Callable] = {}
         self.scopes: dict[int, list] = {}
+        self.tick_hooks: list[Callable[[], None]] = []  # run on the sampler thread after each sample
         self.t0 = time.perf_counter()
         self.ticks = 0
         self.busy = 0.0
@@ -116,6 +117,8 @@ class PythonSampler:
                 return
             try:
                 self.sample(exclude=threading.get_ident())
+                for hook in self.tick_hooks:
+                    hook()
             except Exception:  # never let a sampling bug reach the target
                 pass
 

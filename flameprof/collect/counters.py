@@ -1,0 +1,63 @@
+"""Process counters (CPU % and RSS), recorded every 100 ms during a profiling session.
+
+``tick`` runs on the sampler thread after each sample and records at most one point per
+interval, so no thread is added to the profiled program; psutil is imported at the first
+tick, never at ``import flameprof``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+INTERVAL = 0.1
+CPU_PERCENT = "cpu_percent"   # CPU time of the whole process per wall second, in % (can exceed 100)
+RSS_BYTES = "rss_bytes"
+
+
+class CounterRecorder:
+    """Keeps (time, value) points; times are seconds on the session's clock (``perf_counter() - t0``)."""
+
+    def __init__(self, t0: float, interval: float = INTERVAL) -> None:
+        self.t0 = t0
+        self.interval = interval
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self.rss: list[float] = []
+        self._process = None
+        self._due = 0.0
+        self._last_wall = 0.0
+        self._last_cpu = 0.0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if now < self._due:
+            return
+        self._due = now + self.interval
+        if self._process is None:
+            import psutil
+
+            self._process = psutil.Process()
+            self._last_wall, self._last_cpu = now, sum(self._process.cpu_times()[:2])
+            return
+        with self._process.oneshot():
+            cpu = sum(self._process.cpu_times()[:2])
+            rss = self._process.memory_info().rss
+        # values first, time last: a reader trims to the shortest list and never pairs them wrongly
+        self.cpu.append(100.0 * (cpu - self._last_cpu) / max(now - self._last_wall, 1e-9))
+        self.rss.append(float(rss))
+        self.times.append(now - self.t0)
+        self._last_wall, self._last_cpu = now, cpu
+
+    def series(self, start: float, end: float) -> "dict[str, tuple[np.ndarray, np.ndarray]]":
+        """The counters recorded between ``start`` and ``end`` seconds, as the model stores them."""
+        import numpy as np
+
+        n = len(self.times)
+        times = np.asarray(self.times[:n], dtype=np.float64)
+        keep = (times >= start) & (times <= end)
+        return {name: (times[keep], np.asarray(values[:n], dtype=np.float64)[keep])
+                for name, values in ((CPU_PERCENT, self.cpu), (RSS_BYTES, self.rss))}
