@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .collect.counters import CounterRecorder
-from .collect.sampler import PythonSampler
+from .collect.backend import SamplerBase, make_sampler
 from .records import ProfileBuilder
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class _Session:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.users = 0
-        self.sampler: PythonSampler | None = None
+        self.sampler: SamplerBase | None = None
         self.counters: CounterRecorder | None = None
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
@@ -38,7 +38,7 @@ class _Session:
             if self.users == 0:
                 self.builder = ProfileBuilder()
                 self.start_time = time.time()
-                self.sampler = PythonSampler(self.builder, rate)
+                self.sampler = make_sampler(self.builder, rate)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)
                 self.sampler.tick_hooks.append(self.counters.tick)
@@ -69,8 +69,10 @@ class _Session:
             start = float(meta.get("window_start", 0.0))
             profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
         sampler = self.sampler
-        profile.meta = dict(meta, start_time=self.start_time, sampler="python", rate=1.0 / sampler.interval,
-                            ticks=sampler.ticks, sampler_busy=sampler.busy)
+        rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
+        profile.meta = dict(meta, start_time=self.start_time, sampler=sampler.kind, rate=rate,
+                            ticks=sampler.ticks, sampler_busy=sampler.busy, achieved_rate=achieved,
+                            sampler_starved=achieved < 0.5 * rate)
         return profile
 
 
@@ -116,7 +118,7 @@ class Profiler:
             raise RuntimeError("this Profiler is already running")
         SESSION.acquire(self.rate)
         assert SESSION.builder is not None
-        self._first = len(SESSION.builder.time)
+        self._first = SESSION.builder.num_samples
         self._t_start = SESSION.now()
         return self
 
@@ -130,7 +132,7 @@ class Profiler:
         with SESSION.lock:
             SESSION.release()
             assert SESSION.builder is not None
-            last = len(SESSION.builder.time)
+            last = SESSION.builder.num_samples
             self.profile = SESSION.snapshot(first, last, meta)
         return self.profile
 

@@ -69,6 +69,9 @@ class ProfileBuilder:
         self.stack: list[int] = []
         self.wall: list[float] = []
         self.cpu: list[float] = []
+        # Compact sample stores (the native sampler's C buffers): each has len() and columns() ->
+        # (time, thread, stack, wall, cpu) arrays; their rows come before the list columns' rows.
+        self.sample_stores: list = []
         self.marks: list[Mark] = []
         self.counters: dict[str, tuple[list[float], list[float]]] = {}
         self.meta: dict = dict(meta or {})
@@ -120,22 +123,32 @@ class ProfileBuilder:
         sid = self.stack_id([self.frame(f) for f in frames])
         self.add_sample(time, thread, sid, weight, weight if cpu is None else cpu)
 
+    @property
+    def num_samples(self) -> int:
+        return sum(len(store) for store in self.sample_stores) + len(self.time)
+
     def build(self) -> "Profile":
         import numpy as np
 
         from .model import Profile
 
+        columns = [np.asarray(self.time, dtype=np.float64), np.asarray(self.thread, dtype=np.int32),
+                   np.asarray(self.stack, dtype=np.int32), np.asarray(self.wall, dtype=np.float64),
+                   np.asarray(self.cpu, dtype=np.float64)]
+        if self.sample_stores:
+            parts = [store.columns() for store in self.sample_stores] + [columns]
+            columns = [np.concatenate([part[i] for part in parts]).astype(col.dtype) for i, col in enumerate(columns)]
         return Profile(
             frames=list(self.frames),
             stack_parent=np.asarray(self.stack_parent, dtype=np.int32),
             stack_frame=np.asarray(self.stack_frame, dtype=np.int32),
             threads=list(self.threads),
             processes=list(self.processes),
-            sample_time=np.asarray(self.time, dtype=np.float64),
-            sample_thread=np.asarray(self.thread, dtype=np.int32),
-            sample_stack=np.asarray(self.stack, dtype=np.int32),
-            sample_wall=np.asarray(self.wall, dtype=np.float64),
-            sample_cpu=np.asarray(self.cpu, dtype=np.float64),
+            sample_time=columns[0],
+            sample_thread=columns[1],
+            sample_stack=columns[2],
+            sample_wall=columns[3],
+            sample_cpu=columns[4],
             marks=list(self.marks),
             counters={k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
                       for k, (t, v) in self.counters.items()},

@@ -11,9 +11,9 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
 
 from ..records import Frame, ProfileBuilder
+from .backend import SamplerBase
 
 MAX_DEPTH = 1024
 _FLAMEPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -51,93 +51,61 @@ class _ThreadState:
         self.last_cpu = last_cpu
 
 
-class PythonSampler:
-    """Samples all threads of this process into a ProfileBuilder.
+def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
+    """The builder frame id of ``code``: ``_SKIP`` for flameprof's own frames, ``_BOUNDARY`` for the runner's."""
+    filename = code.co_filename
+    if filename.startswith(_FLAMEPROF_DIR):
+        return _BOUNDARY if code in boundary_codes else _SKIP
+    name = getattr(code, "co_qualname", code.co_name)
+    return builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
 
-    ``boundary_codes``: code objects where a stack begins (the frames that ran the target from
-    flameprof's runner); they and everything rootward of them are dropped. Frames of flameprof's
-    own package are skipped, so its frames never appear in the target's stacks.
-    ``frame_hooks`` maps a code object to ``hook(frame) -> Frame | None``: a frame to insert just
-    leafward of that frame (how layer scopes are recorded). ``scopes`` maps a thread ident to its
-    stack of ``(entered_in_frame, Frame)`` user scopes.
-    """
+
+def thread_identity(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int, int]:
+    """(builder thread index, native id for its CPU clock or 0) of the live thread ``ident``."""
+    thread = threading._active.get(ident)  # type: ignore[attr-defined]
+    native_id = getattr(thread, "native_id", None) or 0
+    name = thread.name if thread is not None else f"Thread-{ident}"
+    return builder.thread_id(pid, native_id or ident, name), native_id
+
+
+def truncation_marker(builder: ProfileBuilder, dropped: int) -> int:
+    return builder.frame(Frame(f"[{dropped} frames truncated]", kind="marker"))
+
+
+class PythonSampler(SamplerBase):
+    """Samples all threads of this process into a ProfileBuilder (see ``SamplerBase`` for the tables)."""
+
+    kind = "python"
 
     def __init__(self, builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> None:
-        self.builder = builder
-        self.interval = 1.0 / rate
-        self.pid = os.getpid() if pid is None else pid
-        self.boundary_codes: set = set()
-        self.frame_hooks: dict[object, Callable] = {}
-        self.scopes: dict[int, list] = {}
-        self.tick_hooks: list[Callable[[], None]] = []  # run on the sampler thread after each sample
-        self.t0 = time.perf_counter()
+        super().__init__(builder, rate, pid)
         self.ticks = 0
         self.busy = 0.0
         self._code_ids: dict[object, int] = {}
         self._stack_ids: dict[tuple, int] = {}
         self._threads: dict[int, _ThreadState] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._last_tick = self.t0
 
-    # -- control -------------------------------------------------------------------------
-    def start(self) -> None:
-        self._stop.clear()
+    def _tables_changed(self) -> None:
+        self._code_ids = {}
+
+    def _mark_start(self) -> None:
         self._last_tick = time.perf_counter()
-        self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
-        self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread and take a final sample so every thread's tail is accounted for."""
-        thread = self._thread
-        if thread is None:
-            return
-        self._stop.set()
-        if thread is not threading.current_thread():
-            thread.join()
-        self._thread = None
-        self.sample(exclude=thread.ident)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
-    def _loop(self) -> None:
-        interval = self.interval
-        wait = self._stop.wait
-        clock = time.perf_counter
-        next_tick = clock()
-        while True:
-            next_tick += interval
-            delay = next_tick - clock()
-            if delay < 0:  # starved (e.g. a long C call held the GIL): do not try to catch up
-                next_tick = clock()
-                delay = 0
-            if wait(delay):
-                return
-            try:
-                self.sample(exclude=threading.get_ident())
-                for hook in self.tick_hooks:
-                    hook()
-            except Exception:  # never let a sampling bug reach the target
-                pass
+    def reset_after_fork(self) -> None:
+        super().reset_after_fork()
+        self._threads = {}
+        self._last_tick = time.perf_counter()
 
     # -- sampling ------------------------------------------------------------------------
     def _code_id(self, code) -> int:
-        filename = code.co_filename
-        if filename.startswith(_FLAMEPROF_DIR):
-            fid = _BOUNDARY if code in self.boundary_codes else _SKIP
-        else:
-            name = getattr(code, "co_qualname", code.co_name)
-            fid = self.builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
-        self._code_ids[code] = fid
+        fid = self._code_ids[code] = code_frame_id(self.builder, self.boundary_codes, code)
         return fid
 
     def sample(self, exclude: int | None = None) -> None:
         """Take one sample of every thread but ``exclude`` (the sampler's own)."""
         start = time.perf_counter()
         frames = sys._current_frames()
-        active = threading._active  # type: ignore[attr-defined]
         builder = self.builder
         code_ids = self._code_ids
         stack_ids = self._stack_ids
@@ -150,12 +118,9 @@ class PythonSampler:
             if ident == exclude:
                 continue
             state = states.get(ident)
-            thread = active.get(ident)
             if state is None:
-                native_id = getattr(thread, "native_id", None) or ident
-                name = thread.name if thread is not None else f"Thread-{ident}"
-                index = builder.thread_id(self.pid, native_id, name)
-                clock = thread_cpu_clock(getattr(thread, "native_id", None) or 0)
+                index, native_id = thread_identity(builder, self.pid, ident)
+                clock = thread_cpu_clock(native_id)
                 state = states[ident] = _ThreadState(index, clock, self._last_tick, read_cpu(clock))
             ids: list[int] = []
             owners: list = []
@@ -184,7 +149,7 @@ class PythonSampler:
                 ids = _insert_scopes(ids, owners, thread_scopes, builder)
             if len(ids) > MAX_DEPTH:
                 dropped = len(ids) - MAX_DEPTH + 1
-                ids = ids[:MAX_DEPTH - 1] + [builder.frame(Frame(f"[{dropped} frames truncated]", kind="marker"))]
+                ids = ids[:MAX_DEPTH - 1] + [truncation_marker(builder, dropped)]
             key = tuple(ids)
             sid = stack_ids.get(key)
             if sid is None:

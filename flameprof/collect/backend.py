@@ -1,0 +1,203 @@
+"""Which sampler runs: the C fast path (``flameprof._native``) when it imports, else the pure-Python one.
+
+Both share ``SamplerBase``: the sampling thread, its clock and the tables the rest of flameprof
+fills (boundary codes, layer hooks, user scopes), so they produce the same profile.
+``FLAMEPROF_NATIVE=0`` forces the Python sampler; a failed native import warns once on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Callable
+
+from ..records import ProfileBuilder
+
+
+class _WatchedDict(dict):
+    """A dict that tells its owner when it changes (cached per-code decisions must be redone)."""
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_change = on_change
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self._on_change()
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        self._on_change()
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        self._on_change()
+
+    def pop(self, *args):
+        self._on_change()
+        return super().pop(*args)
+
+    def setdefault(self, key, default=None):
+        self._on_change()
+        return super().setdefault(key, default)
+
+    def clear(self) -> None:
+        super().clear()
+        self._on_change()
+
+
+class _WatchedSet(set):
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        super().__init__()
+        self._on_change = on_change
+
+    def add(self, item) -> None:
+        super().add(item)
+        self._on_change()
+
+    def discard(self, item) -> None:
+        super().discard(item)
+        self._on_change()
+
+    def remove(self, item) -> None:
+        super().remove(item)
+        self._on_change()
+
+    def update(self, *items) -> None:
+        super().update(*items)
+        self._on_change()
+
+    def clear(self) -> None:
+        super().clear()
+        self._on_change()
+
+
+class SamplerBase:
+    """The sampling thread and the shared tables; subclasses implement ``sample()``.
+
+    ``boundary_codes``: code objects where a stack begins (the frames that ran the target from
+    flameprof's runner); they and everything rootward of them are dropped. Frames of flameprof's
+    own package are skipped. ``frame_hooks`` maps a code object to ``hook(frame) -> Frame | None``:
+    a frame inserted just leafward of that frame (layer scopes). ``scopes`` maps a thread ident to
+    its stack of ``(entered_in_frame, Frame)`` user scopes. Subclasses provide ``ticks`` (samples
+    taken) and ``busy`` (seconds spent sampling).
+    """
+
+    kind = ""
+
+    def __init__(self, builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> None:
+        self.builder = builder
+        self.interval = 1.0 / rate
+        self.pid = os.getpid() if pid is None else pid
+        self.boundary_codes: set = _WatchedSet(self._tables_changed)
+        self.frame_hooks: dict[object, Callable] = _WatchedDict(self._tables_changed)
+        self.scopes: dict[int, list] = {}
+        self.tick_hooks: list[Callable[[], None]] = []  # run on the sampler thread after each sample
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._sampling_time = 0.0  # seconds the thread ran, over all start/stop windows
+
+    def sample(self, exclude: int | None = None) -> None:
+        """Take one sample of every thread but ``exclude`` (the sampler's own)."""
+        raise NotImplementedError
+
+    def _tables_changed(self) -> None:
+        """Boundary codes or hooks changed: forget per-code decisions cached from the old tables."""
+        raise NotImplementedError
+
+    def _mark_start(self) -> None:
+        """The first sample's wall time counts from now."""
+        raise NotImplementedError
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the parent's sampling thread does not exist here; forget it and its threads."""
+        self._thread = None
+        self._stop = threading.Event()
+
+    # -- control -------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._mark_start()
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and take a final sample so every thread's tail is accounted for."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+        self._sampling_time += time.perf_counter() - self._started
+        self.sample(exclude=thread.ident)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def achieved_rate(self) -> float:
+        """Samples per second the thread managed (below the requested rate when the GIL was held for long)."""
+        elapsed = self._sampling_time + (time.perf_counter() - self._started if self.running else 0.0)
+        return self.ticks / elapsed if elapsed > 0 else 0.0  # type: ignore[attr-defined]
+
+    def _loop(self) -> None:
+        interval = self.interval
+        wait = self._stop.wait
+        clock = time.perf_counter
+        sample = self.sample
+        ident = threading.get_ident()
+        next_tick = clock()
+        while True:
+            next_tick += interval
+            delay = next_tick - clock()
+            if delay < 0:  # starved (e.g. a long C call held the GIL): do not try to catch up
+                next_tick = clock()
+                delay = 0
+            if wait(delay):
+                return
+            try:
+                sample(exclude=ident)
+                for hook in self.tick_hooks:
+                    hook()
+            except Exception:  # never let a sampling bug reach the target
+                pass
+
+
+_warned = False
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        sys.stderr.write(f"flameprof: warning: {message}\n")
+
+
+def native_available() -> bool:
+    """True when the C sampler imports (it is optional: a failed build leaves the Python one)."""
+    try:
+        from .. import _native  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def make_sampler(builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> SamplerBase:
+    """The native sampler unless ``FLAMEPROF_NATIVE=0`` or it cannot be imported (then warn once)."""
+    if os.environ.get("FLAMEPROF_NATIVE", "1") != "0":
+        try:
+            from .native_sampler import NativeSampler
+        except ImportError as exc:
+            _warn_once(f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler")
+        else:
+            return NativeSampler(builder, rate, pid)
+    from .sampler import PythonSampler
+
+    return PythonSampler(builder, rate, pid)

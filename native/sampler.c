@@ -1,0 +1,841 @@
+/* flameprof._native: the per-tick hot path of the in-process sampler.
+ *
+ * One call of Sampler.sample() takes one sample of every Python thread of the interpreter.
+ * Phase 1 walks the thread states and frames with the GIL held and never calls Python code, so no
+ * thread state can disappear under it. Phase 2 turns the collected frames into a stack id using C
+ * hash tables (code object -> frame id, frame-id sequence -> stack id) and appends one compact
+ * row per thread. Python is called back only for things seen for the first time (a new code
+ * object, stack, thread, layer hook result or truncation marker), so the steady state allocates
+ * no Python object per sample.
+ *
+ * Rows: per tick its monotonic time and row count; per row the thread index (uint16), stack id
+ * (int32), wall and CPU seconds (float32): 14 bytes per sample plus 12 per tick.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define SKIP_FRAME (-1)
+#define BOUNDARY_FRAME (-2)
+#define FLAG_HOOK 1
+#define NO_CPU (-1.0)
+#define MAX_THREAD_INDEX 65535
+
+/* ---- growable arrays (plain malloc: large ones are mmap-backed, untouched pages cost no RSS) */
+
+static int
+grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
+{
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *p = PyMem_RawRealloc(*buf, (size_t)n * item);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
+/* ---- open-addressing map: key of three machine words -> int64 value (no deletion, only clear) */
+
+typedef struct {
+    uintptr_t a, b, c;
+    int64_t value;
+    int used;
+} Entry;
+
+typedef struct {
+    Entry *slots;
+    Py_ssize_t cap, len;
+} Map;
+
+static uint64_t
+mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t
+hash3(uintptr_t a, uintptr_t b, uintptr_t c)
+{
+    return mix((uint64_t)a * 31u + mix((uint64_t)b * 17u + (uint64_t)c));
+}
+
+static Entry *
+map_find(Map *m, uintptr_t a, uintptr_t b, uintptr_t c)
+{
+    if (m->cap == 0)
+        return NULL;
+    Py_ssize_t mask = m->cap - 1, i = (Py_ssize_t)(hash3(a, b, c) & (uint64_t)mask);
+    for (;;) {
+        Entry *e = &m->slots[i];
+        if (!e->used)
+            return NULL;
+        if (e->a == a && e->b == b && e->c == c)
+            return e;
+        i = (i + 1) & mask;
+    }
+}
+
+static int
+map_put(Map *m, uintptr_t a, uintptr_t b, uintptr_t c, int64_t value)
+{
+    if ((m->len + 1) * 2 > m->cap) {
+        Py_ssize_t ncap = m->cap ? m->cap * 2 : 256;
+        Entry *slots = PyMem_RawCalloc((size_t)ncap, sizeof(Entry));
+        if (slots == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (Py_ssize_t j = 0; j < m->cap; j++) {
+            Entry *e = &m->slots[j];
+            if (!e->used)
+                continue;
+            Py_ssize_t k = (Py_ssize_t)(hash3(e->a, e->b, e->c) & (uint64_t)(ncap - 1));
+            while (slots[k].used)
+                k = (k + 1) & (ncap - 1);
+            slots[k] = *e;
+        }
+        PyMem_RawFree(m->slots);
+        m->slots = slots;
+        m->cap = ncap;
+    }
+    Py_ssize_t mask = m->cap - 1, i = (Py_ssize_t)(hash3(a, b, c) & (uint64_t)mask);
+    while (m->slots[i].used) {
+        Entry *e = &m->slots[i];
+        if (e->a == a && e->b == b && e->c == c) {
+            e->value = value;
+            return 0;
+        }
+        i = (i + 1) & mask;
+    }
+    m->slots[i] = (Entry){a, b, c, value, 1};
+    m->len++;
+    return 0;
+}
+
+static void
+map_clear(Map *m)
+{
+    PyMem_RawFree(m->slots);
+    m->slots = NULL;
+    m->cap = m->len = 0;
+}
+
+/* ---- the sampler object */
+
+typedef struct {
+    unsigned long ident;
+    int32_t index;      /* the builder's thread index */
+    clockid_t clock;
+    int has_clock;
+    double last_wall;
+    double last_cpu;    /* NO_CPU when unreadable */
+    uint64_t seen;      /* tick number it was last seen in */
+} ThreadRec;
+
+typedef struct {
+    unsigned long ident;
+    Py_ssize_t first, count;      /* its frames in the scratch arrays, leaf first */
+    Py_ssize_t scope_first, scope_count;
+} Walk;
+
+typedef struct {
+    PyObject_HEAD
+    /* Python callbacks, each called only for something new */
+    PyObject *resolve_code;    /* code -> frame id, -1 skip, -2 boundary */
+    PyObject *resolve_stack;   /* tuple of frame ids, root first -> stack id */
+    PyObject *resolve_thread;  /* ident -> (thread index, native id or 0) */
+    PyObject *resolve_frame;   /* Frame -> frame id (hook results and scope frames) */
+    PyObject *resolve_marker;  /* number of dropped frames -> frame id of the marker */
+    PyObject *hooks;           /* dict code -> hook(frame) */
+    PyObject *scopes;          /* dict ident -> [(frame entered in, Frame), ...] */
+    PyObject *held;            /* list keeping interned code and scope Frame objects alive */
+    PyObject *self_name;       /* "self" */
+    int max_depth;
+
+    Map codes;                 /* code -> (flags << 32) | frame id */
+    Map hook_cache;            /* (code, self, type(self)) -> frame id or -1 */
+    Map object_frames;         /* Frame object -> frame id */
+    Map markers;               /* dropped count -> frame id */
+
+    /* stacks: open addressing over sequences stored in an arena */
+    int32_t *arena;
+    Py_ssize_t arena_len, arena_cap;
+    Map stacks;                /* (hash, arena offset, length) -> stack id; verified against the arena */
+
+    ThreadRec *threads;
+    Py_ssize_t nthreads, threads_cap, thread_hint;
+
+    /* scratch for one tick */
+    PyObject **frames;         /* new references, released at the end of the tick */
+    PyCodeObject **frame_codes;
+    Py_ssize_t nframes, frames_cap, codes_cap;
+    Walk *walks;
+    Py_ssize_t nwalks, walks_cap;
+    PyObject **scope_items;    /* pairs (entered frame, Frame), new references */
+    Py_ssize_t nscope, scope_cap;
+    int32_t *ids;
+    PyObject **owners;
+    Py_ssize_t nids, ids_cap, owners_cap;
+
+    /* the recorded rows */
+    double *tick_time;
+    uint32_t *tick_rows;
+    Py_ssize_t nticks, ttime_cap, trows_cap;
+    uint16_t *row_thread;
+    int32_t *row_stack;
+    float *row_wall, *row_cpu;
+    Py_ssize_t nrows, rthread_cap, rstack_cap, rwall_cap, rcpu_cap;
+    Py_ssize_t done_rows;      /* rows of completed ticks: what readers see */
+
+    double last_tick;
+    uint64_t tick_count;       /* samples taken (including ones that were empty) */
+    double busy;
+    uint64_t dropped;          /* rows lost: thread index beyond uint16 */
+} Sampler;
+
+static double
+monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double
+read_cpu(ThreadRec *t)
+{
+    struct timespec ts;
+    if (!t->has_clock || clock_gettime(t->clock, &ts) != 0)
+        return NO_CPU;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void
+release_scratch(Sampler *s)
+{
+    for (Py_ssize_t i = 0; i < s->nframes; i++)
+        Py_DECREF(s->frames[i]);
+    for (Py_ssize_t i = 0; i < s->nscope * 2; i++)
+        Py_DECREF(s->scope_items[i]);
+    s->nframes = s->nwalks = s->nscope = 0;
+}
+
+/* An int returned by a callback; -3 (and a cleared error) when it failed. */
+static long
+call_for_int(PyObject *fn, PyObject *arg)
+{
+    PyObject *r = PyObject_CallOneArg(fn, arg);
+    if (r == NULL) {
+        PyErr_Clear();
+        return -3;
+    }
+    long v = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -3;
+    }
+    return v;
+}
+
+static int64_t
+code_entry(Sampler *s, PyCodeObject *code)
+{
+    Entry *e = map_find(&s->codes, (uintptr_t)code, 0, 0);
+    if (e != NULL)
+        return e->value;
+    long fid = call_for_int(s->resolve_code, (PyObject *)code);
+    if (fid == -3)
+        fid = SKIP_FRAME;
+    int64_t flags = 0;
+    if (fid >= 0 && s->hooks != Py_None) {
+        int has = PyDict_Contains(s->hooks, (PyObject *)code);
+        if (has < 0)
+            PyErr_Clear();
+        else if (has)
+            flags |= FLAG_HOOK;
+    }
+    int64_t value = (flags << 32) | (uint32_t)(int32_t)fid;
+    if (PyList_Append(s->held, (PyObject *)code) < 0 || map_put(&s->codes, (uintptr_t)code, 0, 0, value) < 0)
+        PyErr_Clear();
+    return value;
+}
+
+/* The frame id a Frame object interns to (hook results and user scopes). */
+static int32_t
+object_frame(Sampler *s, PyObject *frame_obj)
+{
+    Entry *e = map_find(&s->object_frames, (uintptr_t)frame_obj, 0, 0);
+    if (e != NULL)
+        return (int32_t)e->value;
+    long fid = call_for_int(s->resolve_frame, frame_obj);
+    if (fid < 0)
+        return -1;
+    if (s->object_frames.len > 4096) {  /* scopes that build a new Frame per entry: stay bounded */
+        map_clear(&s->object_frames);
+        if (PyList_SetSlice(s->held, 0, PyList_GET_SIZE(s->held), NULL) < 0)
+            PyErr_Clear();
+        map_clear(&s->codes);   /* codes were held by the same list */
+    }
+    if (PyList_Append(s->held, frame_obj) < 0 || map_put(&s->object_frames, (uintptr_t)frame_obj, 0, 0, fid) < 0)
+        PyErr_Clear();
+    return (int32_t)fid;
+}
+
+/* The frame a layer hook inserts for ``frame``, cached by (code, self, type(self)). */
+static int32_t
+hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
+{
+    PyObject *self_obj = NULL;
+#if PY_VERSION_HEX >= 0x030C0000
+    self_obj = PyFrame_GetVar((PyFrameObject *)frame, s->self_name);
+#else
+    PyObject *locals = PyObject_GetAttrString(frame, "f_locals");
+    if (locals != NULL) {
+        self_obj = PyMapping_GetItemString(locals, "self");
+        Py_DECREF(locals);
+    }
+#endif
+    if (self_obj == NULL)
+        PyErr_Clear();
+    uintptr_t self_key = (uintptr_t)self_obj, type_key = self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0;
+    Py_XDECREF(self_obj);
+    Entry *e = map_find(&s->hook_cache, (uintptr_t)code, self_key, type_key);
+    if (e != NULL)
+        return (int32_t)e->value;
+    int32_t fid = -1;
+    PyObject *hook = PyDict_GetItemWithError(s->hooks, (PyObject *)code);  /* borrowed */
+    if (hook != NULL) {
+        Py_INCREF(hook);
+        PyObject *extra = PyObject_CallOneArg(hook, frame);
+        Py_DECREF(hook);
+        if (extra == NULL)
+            PyErr_Clear();
+        else {
+            if (extra != Py_None)
+                fid = object_frame(s, extra);
+            Py_DECREF(extra);
+        }
+    }
+    else
+        PyErr_Clear();
+    if (self_key && map_put(&s->hook_cache, (uintptr_t)code, self_key, type_key, fid) < 0)
+        PyErr_Clear();
+    return fid;
+}
+
+static int32_t
+marker_frame(Sampler *s, Py_ssize_t dropped)
+{
+    Entry *e = map_find(&s->markers, (uintptr_t)dropped, 0, 0);
+    if (e != NULL)
+        return (int32_t)e->value;
+    PyObject *n = PyLong_FromSsize_t(dropped);
+    long fid = n ? call_for_int(s->resolve_marker, n) : -3;
+    Py_XDECREF(n);
+    if (fid < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (map_put(&s->markers, (uintptr_t)dropped, 0, 0, fid) < 0)
+        PyErr_Clear();
+    return (int32_t)fid;
+}
+
+static uint64_t
+hash_ids(const int32_t *ids, Py_ssize_t n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ids[i]) * 1099511628211ULL;
+    return mix(h);
+}
+
+/* The stack id of a root-first id sequence; stacks are keyed by (hash, probe) and checked against the arena. */
+static int32_t
+stack_id(Sampler *s, const int32_t *ids, Py_ssize_t n)
+{
+    if (n == 0)
+        return -1;
+    uint64_t h = hash_ids(ids, n);
+    for (uintptr_t probe = 0;; probe++) {
+        Entry *e = map_find(&s->stacks, (uintptr_t)h, probe, 0);
+        if (e == NULL)
+            break;
+        Py_ssize_t off = (Py_ssize_t)(e->value >> 32);
+        Py_ssize_t len = s->arena[off];
+        if (len == n && memcmp(s->arena + off + 1, ids, (size_t)n * sizeof(int32_t)) == 0)
+            return (int32_t)(e->value & 0xffffffff);
+    }
+    PyObject *tuple = PyTuple_New(n);
+    if (tuple == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLong(ids[i]);
+        if (v == NULL) {
+            Py_DECREF(tuple);
+            PyErr_Clear();
+            return -1;
+        }
+        PyTuple_SET_ITEM(tuple, i, v);
+    }
+    long sid = call_for_int(s->resolve_stack, tuple);
+    Py_DECREF(tuple);
+    if (sid < 0)
+        return -1;
+    if (s->arena_len + n + 1 > INT32_MAX || GROW(s->arena, s->arena_cap, s->arena_len + n + 1) < 0) {
+        PyErr_Clear();
+        return (int32_t)sid;
+    }
+    Py_ssize_t off = s->arena_len;
+    s->arena[off] = (int32_t)n;
+    memcpy(s->arena + off + 1, ids, (size_t)n * sizeof(int32_t));
+    s->arena_len += n + 1;
+    uintptr_t probe = 0;
+    while (map_find(&s->stacks, (uintptr_t)h, probe, 0) != NULL)
+        probe++;
+    if (map_put(&s->stacks, (uintptr_t)h, probe, 0, ((int64_t)off << 32) | (uint32_t)sid) < 0)
+        PyErr_Clear();
+    return (int32_t)sid;
+}
+
+static ThreadRec *
+find_thread(Sampler *s, unsigned long ident)
+{
+    Py_ssize_t n = s->nthreads;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t i = (s->thread_hint + k) % n;
+        if (s->threads[i].ident == ident) {
+            s->thread_hint = i + 1;
+            return &s->threads[i];
+        }
+    }
+    return NULL;
+}
+
+static ThreadRec *
+new_thread(Sampler *s, unsigned long ident)
+{
+    PyObject *key = PyLong_FromUnsignedLong(ident);
+    if (key == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallOneArg(s->resolve_thread, key);
+    Py_DECREF(key);
+    long index, native_id;
+    if (r == NULL || !PyArg_ParseTuple(r, "ll", &index, &native_id)) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    Py_DECREF(r);
+    if (GROW(s->threads, s->threads_cap, s->nthreads + 1) < 0)
+        return NULL;
+    ThreadRec *t = &s->threads[s->nthreads++];
+    t->ident = ident;
+    t->index = (int32_t)index;
+    t->has_clock = native_id > 0;
+    /* glibc's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): a dead thread's clock fails with EINVAL */
+    t->clock = (clockid_t)(((~(long)native_id) << 3) | 6);
+    t->last_wall = s->last_tick;
+    t->last_cpu = read_cpu(t);
+    t->seen = 0;
+    return t;
+}
+
+/* Phase 1: collect frames (new references) and scope entries of every thread but ``exclude``. */
+static int
+walk_threads(Sampler *s, unsigned long exclude)
+{
+    PyThreadState *self_ts = PyThreadState_Get();
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(self_ts);
+    int have_scopes = s->scopes != Py_None && PyDict_GET_SIZE(s->scopes) > 0;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts)) {
+        unsigned long ident = ts->thread_id;
+        if (ident == exclude)
+            continue;
+        PyFrameObject *f = PyThreadState_GetFrame(ts);
+        if (f == NULL)
+            continue;
+        if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0) {
+            Py_DECREF(f);
+            return -1;
+        }
+        Walk *w = &s->walks[s->nwalks++];
+        w->ident = ident;
+        w->first = s->nframes;
+        w->scope_first = s->nscope;
+        w->scope_count = 0;
+        while (f != NULL) {
+            if (GROW(s->frames, s->frames_cap, s->nframes + 1) < 0 ||
+                GROW(s->frame_codes, s->codes_cap, s->nframes + 1) < 0) {
+                Py_DECREF(f);
+                w->count = s->nframes - w->first;
+                return -1;
+            }
+            PyCodeObject *code = PyFrame_GetCode(f);
+            Py_DECREF(code);  /* the frame keeps it alive */
+            s->frames[s->nframes] = (PyObject *)f;
+            s->frame_codes[s->nframes] = code;
+            s->nframes++;
+            f = PyFrame_GetBack(f);
+        }
+        w->count = s->nframes - w->first;
+        if (!have_scopes)
+            continue;
+        PyObject *key, *list;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(s->scopes, &pos, &key, &list)) {
+            if (!PyLong_Check(key) || PyLong_AsUnsignedLong(key) != ident || !PyList_Check(list)) {
+                PyErr_Clear();
+                continue;
+            }
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+                PyObject *item = PyList_GET_ITEM(list, i);
+                if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2)
+                    continue;
+                if (GROW(s->scope_items, s->scope_cap, (s->nscope + 1) * 2) < 0)
+                    return -1;
+                PyObject *entered = PyTuple_GET_ITEM(item, 0), *frame_obj = PyTuple_GET_ITEM(item, 1);
+                Py_INCREF(entered);
+                Py_INCREF(frame_obj);
+                s->scope_items[s->nscope * 2] = entered;
+                s->scope_items[s->nscope * 2 + 1] = frame_obj;
+                s->nscope++;
+                w->scope_count++;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+static int
+push_id(Sampler *s, int32_t fid, PyObject *owner)
+{
+    if (GROW(s->ids, s->ids_cap, s->nids + 1) < 0 || GROW(s->owners, s->owners_cap, s->nids + 1) < 0)
+        return -1;
+    s->ids[s->nids] = fid;
+    s->owners[s->nids] = owner;
+    s->nids++;
+    return 0;
+}
+
+/* Phase 2 for one thread: frame ids root first in s->ids, with scopes inserted and truncation applied. */
+static int
+build_ids(Sampler *s, Walk *w)
+{
+    s->nids = 0;
+    for (Py_ssize_t i = w->first; i < w->first + w->count; i++) {
+        int64_t entry = code_entry(s, s->frame_codes[i]);
+        int32_t fid = (int32_t)(entry & 0xffffffff);
+        if (fid == BOUNDARY_FRAME)
+            break;
+        if (fid < 0)
+            continue;
+        if ((entry >> 32) & FLAG_HOOK) {
+            int32_t extra = hook_frame(s, s->frames[i], s->frame_codes[i]);
+            if (extra >= 0 && push_id(s, extra, NULL) < 0)
+                return -1;
+        }
+        if (push_id(s, fid, s->frames[i]) < 0)
+            return -1;
+    }
+    /* leaf first -> root first */
+    for (Py_ssize_t i = 0, j = s->nids - 1; i < j; i++, j--) {
+        int32_t t = s->ids[i];
+        s->ids[i] = s->ids[j];
+        s->ids[j] = t;
+        PyObject *o = s->owners[i];
+        s->owners[i] = s->owners[j];
+        s->owners[j] = o;
+    }
+    if (w->scope_count) {
+        /* insert each scope just leafward of the frame it was entered in, in scope order */
+        Py_ssize_t n = s->nids;
+        for (Py_ssize_t pos = n - 1; pos >= 0; pos--) {
+            PyObject *owner = s->owners[pos];
+            if (owner == NULL)
+                continue;
+            for (Py_ssize_t k = w->scope_first + w->scope_count - 1; k >= w->scope_first; k--) {
+                if (s->scope_items[k * 2] != owner)
+                    continue;
+                int32_t fid = object_frame(s, s->scope_items[k * 2 + 1]);
+                if (fid < 0 || push_id(s, 0, NULL) < 0)
+                    continue;
+                memmove(s->ids + pos + 2, s->ids + pos + 1, (size_t)(s->nids - pos - 2) * sizeof(int32_t));
+                memmove(s->owners + pos + 2, s->owners + pos + 1, (size_t)(s->nids - pos - 2) * sizeof(PyObject *));
+                s->ids[pos + 1] = fid;
+                s->owners[pos + 1] = NULL;
+            }
+        }
+    }
+    if (s->nids > s->max_depth) {
+        Py_ssize_t dropped = s->nids - s->max_depth + 1;
+        int32_t marker = marker_frame(s, dropped);
+        s->nids = s->max_depth - 1;
+        if (marker >= 0)
+            s->ids[s->nids++] = marker;
+    }
+    return 0;
+}
+
+static int
+append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
+{
+    double cpu_now = read_cpu(t);
+    double cpu = (cpu_now != NO_CPU && t->last_cpu != NO_CPU) ? cpu_now - t->last_cpu : 0.0;
+    double wall = now - t->last_wall;
+    t->last_wall = now;
+    t->last_cpu = cpu_now;
+    if (t->index < 0 || t->index > MAX_THREAD_INDEX) {
+        s->dropped++;
+        return 0;
+    }
+    Py_ssize_t n = s->nrows + 1;
+    if (GROW(s->row_thread, s->rthread_cap, n) < 0 || GROW(s->row_stack, s->rstack_cap, n) < 0 ||
+        GROW(s->row_wall, s->rwall_cap, n) < 0 || GROW(s->row_cpu, s->rcpu_cap, n) < 0)
+        return -1;
+    s->row_thread[s->nrows] = (uint16_t)t->index;
+    s->row_stack[s->nrows] = sid;
+    s->row_wall[s->nrows] = (float)wall;
+    s->row_cpu[s->nrows] = (float)(cpu > 0.0 ? cpu : 0.0);
+    s->nrows = n;
+    return 0;
+}
+
+static PyObject *
+Sampler_sample(Sampler *s, PyObject *args)
+{
+    unsigned long exclude = 0;
+    if (!PyArg_ParseTuple(args, "|k", &exclude))
+        return NULL;
+    double start = monotonic();
+    int failed = walk_threads(s, exclude) < 0;
+    double now = monotonic();
+    s->tick_count++;
+    Py_ssize_t first_row = s->nrows;
+    for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
+        Walk *w = &s->walks[i];
+        ThreadRec *t = find_thread(s, w->ident);
+        if (t == NULL && (t = new_thread(s, w->ident)) == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        t->seen = s->tick_count;
+        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), now) < 0)
+            failed = 1;
+    }
+    release_scratch(s);
+    /* forget threads that are gone, so a reused ident starts afresh */
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < s->nthreads; i++)
+        if (s->threads[i].seen == s->tick_count)
+            s->threads[kept++] = s->threads[i];
+    s->nthreads = kept;
+    if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
+        GROW(s->tick_rows, s->trows_cap, s->nticks + 1) == 0) {
+        s->tick_time[s->nticks] = now;
+        s->tick_rows[s->nticks] = (uint32_t)(s->nrows - first_row);
+        s->nticks++;
+        s->done_rows = s->nrows;
+    }
+    else {
+        s->nrows = first_row;
+        failed = 1;
+    }
+    s->last_tick = now;
+    s->busy += monotonic() - start;
+    if (failed)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Sampler_mark_start(Sampler *s, PyObject *unused)
+{
+    s->last_tick = monotonic();
+    Py_RETURN_NONE;
+}
+
+/* Forget cached code and hook results (hooks or boundary codes changed). */
+static PyObject *
+Sampler_invalidate(Sampler *s, PyObject *unused)
+{
+    map_clear(&s->codes);
+    map_clear(&s->hook_cache);
+    map_clear(&s->object_frames);
+    if (PyList_SetSlice(s->held, 0, PyList_GET_SIZE(s->held), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* After fork: the child has one thread; forget the parent's threads. */
+static PyObject *
+Sampler_reset_threads(Sampler *s, PyObject *unused)
+{
+    s->nthreads = 0;
+    s->last_tick = monotonic();
+    Py_RETURN_NONE;
+}
+
+/* Rows of completed ticks as bytes: (tick times f64, rows per tick u32, thread u16, stack i32, wall f32, cpu f32). */
+static PyObject *
+Sampler_columns(Sampler *s, PyObject *unused)
+{
+    return Py_BuildValue("(y#y#y#y#y#y#)",
+                         (const char *)s->tick_time, s->nticks * (Py_ssize_t)sizeof(double),
+                         (const char *)s->tick_rows, s->nticks * (Py_ssize_t)sizeof(uint32_t),
+                         (const char *)s->row_thread, s->done_rows * (Py_ssize_t)sizeof(uint16_t),
+                         (const char *)s->row_stack, s->done_rows * (Py_ssize_t)sizeof(int32_t),
+                         (const char *)s->row_wall, s->done_rows * (Py_ssize_t)sizeof(float),
+                         (const char *)s->row_cpu, s->done_rows * (Py_ssize_t)sizeof(float));
+}
+
+static PyObject *
+Sampler_get_rows(Sampler *s, void *unused) { return PyLong_FromSsize_t(s->done_rows); }
+static PyObject *
+Sampler_get_ticks(Sampler *s, void *unused) { return PyLong_FromUnsignedLongLong(s->tick_count); }
+static PyObject *
+Sampler_get_busy(Sampler *s, void *unused) { return PyFloat_FromDouble(s->busy); }
+static PyObject *
+Sampler_get_dropped(Sampler *s, void *unused) { return PyLong_FromUnsignedLongLong(s->dropped); }
+
+static PyObject *
+Sampler_get_memory(Sampler *s, void *unused)
+{
+    size_t bytes = (size_t)s->arena_cap * 4 + (size_t)s->ttime_cap * 8 + (size_t)s->trows_cap * 4 +
+                   (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rwall_cap + s->rcpu_cap) * 4 +
+                   (size_t)(s->codes.cap + s->stacks.cap + s->hook_cache.cap + s->object_frames.cap +
+                            s->markers.cap) * sizeof(Entry);
+    return PyLong_FromSize_t(bytes);
+}
+
+static int
+Sampler_init(Sampler *s, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"resolve_code", "resolve_stack", "resolve_thread", "resolve_frame",
+                             "resolve_marker", "hooks", "scopes", "max_depth", NULL};
+    PyObject *rc, *rs, *rt, *rf, *rm, *hooks, *scopes;
+    int max_depth;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOi", kwlist, &rc, &rs, &rt, &rf, &rm, &hooks, &scopes,
+                                     &max_depth))
+        return -1;
+    if ((hooks != Py_None && !PyDict_Check(hooks)) || (scopes != Py_None && !PyDict_Check(scopes))) {
+        PyErr_SetString(PyExc_TypeError, "hooks and scopes must be dicts or None");
+        return -1;
+    }
+    if (max_depth < 2) {
+        PyErr_SetString(PyExc_ValueError, "max_depth must be at least 2");
+        return -1;
+    }
+    Py_INCREF(rc); Py_XSETREF(s->resolve_code, rc);
+    Py_INCREF(rs); Py_XSETREF(s->resolve_stack, rs);
+    Py_INCREF(rt); Py_XSETREF(s->resolve_thread, rt);
+    Py_INCREF(rf); Py_XSETREF(s->resolve_frame, rf);
+    Py_INCREF(rm); Py_XSETREF(s->resolve_marker, rm);
+    Py_INCREF(hooks); Py_XSETREF(s->hooks, hooks);
+    Py_INCREF(scopes); Py_XSETREF(s->scopes, scopes);
+    if (s->held == NULL && (s->held = PyList_New(0)) == NULL)
+        return -1;
+    if (s->self_name == NULL && (s->self_name = PyUnicode_InternFromString("self")) == NULL)
+        return -1;
+    s->max_depth = max_depth;
+    s->last_tick = monotonic();
+    return 0;
+}
+
+static void
+Sampler_dealloc(Sampler *s)
+{
+    release_scratch(s);
+    Py_XDECREF(s->resolve_code);
+    Py_XDECREF(s->resolve_stack);
+    Py_XDECREF(s->resolve_thread);
+    Py_XDECREF(s->resolve_frame);
+    Py_XDECREF(s->resolve_marker);
+    Py_XDECREF(s->hooks);
+    Py_XDECREF(s->scopes);
+    Py_XDECREF(s->held);
+    Py_XDECREF(s->self_name);
+    map_clear(&s->codes);
+    map_clear(&s->hook_cache);
+    map_clear(&s->object_frames);
+    map_clear(&s->markers);
+    map_clear(&s->stacks);
+    void *bufs[] = {s->arena, s->threads, s->frames, s->frame_codes, s->walks, s->scope_items, s->ids, s->owners,
+                    s->tick_time, s->tick_rows, s->row_thread, s->row_stack, s->row_wall, s->row_cpu};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        PyMem_RawFree(bufs[i]);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyMethodDef Sampler_methods[] = {
+    {"sample", (PyCFunction)Sampler_sample, METH_VARARGS,
+     "sample(exclude=0): one sample of every thread but the one whose ident is exclude"},
+    {"mark_start", (PyCFunction)Sampler_mark_start, METH_NOARGS, "the previous-tick time is now"},
+    {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results"},
+    {"reset_threads", (PyCFunction)Sampler_reset_threads, METH_NOARGS, "forget all threads (after fork)"},
+    {"columns", (PyCFunction)Sampler_columns, METH_NOARGS, "the recorded rows as bytes columns"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Sampler_getset[] = {
+    {"rows", (getter)Sampler_get_rows, NULL, "rows recorded", NULL},
+    {"ticks", (getter)Sampler_get_ticks, NULL, "samples taken", NULL},
+    {"busy", (getter)Sampler_get_busy, NULL, "seconds spent sampling", NULL},
+    {"dropped", (getter)Sampler_get_dropped, NULL, "rows lost to a thread index beyond 65535", NULL},
+    {"memory", (getter)Sampler_get_memory, NULL, "bytes of C buffers and tables", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SamplerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flameprof._native.Sampler",
+    .tp_basicsize = sizeof(Sampler),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Per-tick stack sampling of all threads into compact C buffers.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Sampler_init,
+    .tp_dealloc = (destructor)Sampler_dealloc,
+    .tp_methods = Sampler_methods,
+    .tp_getset = Sampler_getset,
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "flameprof._native", "flameprof's C sampling fast path.", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    if (PyType_Ready(&SamplerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&SamplerType);
+    if (PyModule_AddObject(m, "Sampler", (PyObject *)&SamplerType) < 0) {
+        Py_DECREF(&SamplerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,18 @@
+"""Builds the optional C sampler ``flameprof._native``; metadata lives in pyproject.toml.
+
+``optional=True``: when the compiler or headers are missing the install still succeeds and
+flameprof falls back to its pure-Python sampler (with a one-time warning).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "flameprof._native",
+            sources=["native/sampler.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
+            optional=True,
+        )
+    ]
+)
