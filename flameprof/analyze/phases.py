@@ -1,0 +1,257 @@
+"""Phases: which part of a training step each sample belongs to (data, forward, backward, ...).
+
+Rules are data: ``(phase, pattern)`` pairs. A pattern is ``NAME_GLOB`` (matched against the
+frame's name, or its last dotted part) or ``PATH_GLOB:NAME_GLOB`` (the path glob is matched
+against the end of the frame's file, e.g. ``torch/optim/*.py:*.step``). A stack's phase is
+decided by its frames:
+
+* a user rule (``--phase NAME=PATTERN``, or a user scope declared in
+  ``profile.meta["scope_phases"]``) beats every built-in rule; among user rules the innermost wins;
+* otherwise the built-in rule of highest priority wins, in the order data > backward > optimizer >
+  sync > forward (so a transform module called by a Dataset is data, and a forward recomputed
+  during backward is backward); between ``data.wait`` and ``data.fetch`` the innermost wins;
+* a stack no rule matches is ``other``.
+
+Classification is done once per interned stack (there are few stacks and many samples), in one
+pass that reuses the parent's result, so a sample's phase is a numpy gather.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import FlameprofError
+from ..model import Frame, Profile
+
+# Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
+LEAF_PHASES = ("data.wait", "data.fetch", "forward", "backward", "optimizer", "sync", "other")
+PHASES = ("data", "forward", "backward", "optimizer", "sync", "other")
+OTHER = LEAF_PHASES.index("other")
+DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
+# Names a rule may use: the leaf phases, and ``data`` meaning ``data.fetch`` (work in this process).
+RULE_PHASES = {name: name for name in LEAF_PHASES} | {"data": "data.fetch"}
+
+# Priority of the built-in rules (lower wins); data.wait and data.fetch tie, so the innermost decides.
+_PRIORITY = {"data.wait": 0, "data.fetch": 0, "backward": 1, "optimizer": 2, "sync": 3, "forward": 4, "other": 5}
+
+_DL = "torch/utils/data/dataloader.py"
+BUILTIN_RULES: tuple[tuple[str, str], ...] = (
+    # Waiting for a batch from DataLoader workers, and starting/stopping them.
+    ("data.wait", f"{_DL}:*._get_data"),
+    ("data.wait", f"{_DL}:*._try_get_data"),
+    ("data.wait", f"{_DL}:_MultiProcessingDataLoaderIter.__init__"),
+    ("data.wait", f"{_DL}:*._shutdown_workers"),
+    # Producing a batch in this process: the iterator itself, dataset fetch, collate, pinning.
+    ("data.fetch", f"{_DL}:*.__next__"),
+    ("data.fetch", f"{_DL}:DataLoader.__iter__"),
+    ("data.fetch", "torch/utils/data/_utils/fetch.py:*"),
+    ("data.fetch", "torch/utils/data/_utils/collate.py:*"),
+    ("data.fetch", "torch/utils/data/_utils/pin_memory.py:pin_memory"),
+    # Backward: autograd entry points and per-layer backward frames (``<path> (backward)``).
+    ("backward", "torch/_tensor.py:Tensor.backward"),
+    ("backward", "torch/autograd/__init__.py:backward"),
+    ("backward", "torch/autograd/__init__.py:grad"),
+    ("backward", "* (backward)"),
+    # Optimizer: step and zero_grad of any torch optimizer, LR schedulers, AMP scaler, clipping.
+    ("optimizer", "torch/optim/*.py:*.step"),
+    ("optimizer", "torch/optim/*.py:*.zero_grad"),
+    ("optimizer", "torch/amp/grad_scaler.py:GradScaler.step"),
+    ("optimizer", "torch/amp/grad_scaler.py:GradScaler.unscale_"),
+    ("optimizer", "torch/amp/grad_scaler.py:GradScaler.update"),
+    ("optimizer", "torch/nn/utils/clip_grad.py:clip_grad_*"),
+    # Host<->device synchronisation. ``.item()``, ``.cpu()``, ``.to()`` are C methods with no
+    # Python frame: only native stacks show them (as ``_local_scalar_dense``, cuda*Synchronize).
+    ("sync", "torch/cuda/__init__.py:synchronize"),
+    ("sync", "torch/cuda/streams.py:*.synchronize"),
+    ("sync", "torch/accelerator/*.py:synchronize"),
+    ("sync", "torch/mps/*.py:synchronize"),
+    ("sync", "torch/xpu/*.py:synchronize"),
+    ("sync", "torch/_tensor.py:Tensor.__array__"),
+    ("sync", "torch/_tensor.py:Tensor.__format__"),
+    ("sync", "torch/_tensor.py:Tensor.__repr__"),
+    ("sync", "torch/distributed/distributed_c10d.py:*barrier"),
+    ("sync", "*_local_scalar_dense*"),
+    ("sync", "cuda*Synchronize"),
+    ("sync", "cudaMemcpy"),
+    # Forward: any nn.Module call.
+    ("forward", "torch/nn/modules/module.py:Module._call_impl"),
+    ("forward", "torch/nn/modules/module.py:Module._wrapped_call_impl"),
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: frames matching ``pattern`` (and ``kind``, when given) belong to ``phase``."""
+
+    phase: str
+    pattern: str
+    user: bool = False
+    kind: str = ""
+
+    def compile(self) -> "_Matcher":
+        return _Matcher(self)
+
+
+class _Matcher:
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        path, name = split_pattern(rule.pattern)
+        self.path = re.compile("(?:.*/)?" + fnmatch.translate(path)) if path else None
+        self.name = re.compile(fnmatch.translate(name))
+
+    def __call__(self, frame: Frame) -> bool:
+        if self.rule.kind and frame.kind != self.rule.kind:
+            return False
+        if self.path is not None:
+            path = frame.file.replace("\\", "/")
+            if not path or not self.path.match(path):
+                return False
+        name = frame.name
+        return bool(self.name.match(name) or self.name.match(name.rsplit(".", 1)[-1]))
+
+
+def split_pattern(pattern: str) -> tuple[str, str]:
+    """``(path glob or "", name glob)``; the first single colon separates them (``::`` is part of a C++ name)."""
+    parts = _PATH_SEP.split(pattern, maxsplit=1)
+    return (parts[0], parts[1]) if len(parts) == 2 else ("", pattern)
+
+
+_PATH_SEP = re.compile(r"(?<!:):(?!:)")
+
+
+def parse_rule(text: str) -> Rule:
+    """``NAME=PATTERN`` from the command line into a user Rule; FlameprofError when malformed."""
+    names = ", ".join(RULE_PHASES)
+    name, sep, pattern = text.partition("=")
+    name, pattern = name.strip(), pattern.strip()
+    if not sep or not name or not pattern:
+        raise FlameprofError(f"bad --phase rule {text!r}: expected NAME=PATTERN, NAME one of {names}")
+    if name not in RULE_PHASES:
+        raise FlameprofError(f"bad --phase rule {text!r}: unknown phase {name!r} (expected one of {names})")
+    path, func = split_pattern(pattern)
+    if not func.strip() or (not path.strip() and func != pattern):
+        raise FlameprofError(f"bad --phase rule {text!r}: expected PATTERN as FUNCTION or PATH:FUNCTION globs")
+    return Rule(RULE_PHASES[name], pattern, user=True)
+
+
+def scope_rules(profile: Profile) -> list[Rule]:
+    """User rules from scopes that declared a phase (``profile.meta["scope_phases"]``); unknown phases are ignored."""
+    declared = profile.meta.get("scope_phases") or {}
+    rules = []
+    if isinstance(declared, Mapping):
+        for scope, phase in declared.items():
+            if isinstance(scope, str) and phase in RULE_PHASES:
+                rules.append(Rule(RULE_PHASES[phase], _glob_escape(scope), user=True, kind="scope"))
+    return rules
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def default_rules() -> list[Rule]:
+    return [Rule(phase, pattern) for phase, pattern in BUILTIN_RULES]
+
+
+def profile_rules(profile: Profile, user: Iterable[Rule] = ()) -> list[Rule]:
+    """The rules that apply to ``profile``: ``user``'s, then those saved with the profile
+    (``meta["phase_rules"]``, ``NAME=PATTERN`` strings), then declared scopes, then the built-ins."""
+    saved = [parse_rule(text) for text in profile.meta.get("phase_rules") or ()]
+    return [*user, *saved, *scope_rules(profile), *default_rules()]
+
+
+class Classifier:
+    """Assigns phases to frames and stacks; results per frame are cached.
+
+    The state of a stack prefix is ``(user phase or -1, built-in phase or -1)``; ``push`` adds one
+    frame leafward, so a stack is classified from its parent in O(1).
+    """
+
+    def __init__(self, rules: Sequence[Rule] | None = None) -> None:
+        rules = default_rules() if rules is None else list(rules)
+        self._matchers = [r.compile() for r in rules]
+        self._cache: dict[Frame, tuple[int, int]] = {}
+
+    def frame_match(self, frame: Frame) -> tuple[int, int]:
+        """(user phase id or -1, best built-in phase id or -1) of one frame."""
+        hit = self._cache.get(frame)
+        if hit is None:
+            user, builtin = -1, -1
+            for m in self._matchers:
+                if (m.rule.user and user >= 0) or not m(frame):
+                    continue
+                pid = LEAF_PHASES.index(m.rule.phase)
+                if m.rule.user:
+                    user = pid
+                elif builtin < 0 or _PRIORITY[m.rule.phase] < _PRIORITY[LEAF_PHASES[builtin]]:
+                    builtin = pid
+            hit = self._cache[frame] = (user, builtin)
+        return hit
+
+    def push(self, state: tuple[int, int], frame: Frame) -> tuple[int, int]:
+        """The state of ``prefix + [frame]`` given the state of ``prefix``."""
+        user, builtin = self.frame_match(frame)
+        parent_user, parent_builtin = state
+        if user < 0:
+            user = parent_user
+        if builtin < 0 or (parent_builtin >= 0 and
+                           _PRIORITY[LEAF_PHASES[parent_builtin]] < _PRIORITY[LEAF_PHASES[builtin]]):
+            builtin = parent_builtin
+        return user, builtin
+
+    @staticmethod
+    def phase_id(state: tuple[int, int]) -> int:
+        user, builtin = state
+        return user if user >= 0 else builtin if builtin >= 0 else OTHER
+
+    def classify(self, frames: Sequence[Frame]) -> str:
+        """The leaf phase of a root-first frame list (for renderers walking their own trees)."""
+        state = (-1, -1)
+        for frame in frames:
+            state = self.push(state, frame)
+        return LEAF_PHASES[self.phase_id(state)]
+
+
+def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np.ndarray:
+    """Leaf-phase id (index into LEAF_PHASES) of every interned stack of ``profile``.
+
+    ``rules`` defaults to ``profile_rules(profile)`` (built-ins plus declared scopes).
+    """
+    classifier = Classifier(profile_rules(profile) if rules is None else rules)
+    frames = profile.frames
+    n = len(profile.stack_parent)
+    states: list[tuple[int, int]] = [(-1, -1)] * n
+    out = [OTHER] * n
+    for i, (parent, fid) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
+        state = states[i] = classifier.push(states[parent] if parent >= 0 else (-1, -1), frames[fid])
+        out[i] = classifier.phase_id(state)
+    return np.asarray(out, dtype=np.int8)
+
+
+def phase_of_samples(profile: Profile, rules: Sequence[Rule] | None = None) -> np.ndarray:
+    """Leaf-phase id of every sample (an empty stack is ``other``)."""
+    per_stack = np.append(phase_of_stacks(profile, rules), np.int8(OTHER))
+    return per_stack[profile.sample_stack]  # index -1 picks the appended ``other``
+
+
+def layer_of_stacks(profile: Profile) -> np.ndarray:
+    """Frame id of the innermost layer frame of every stack, or -1 (for tooltips and layer tables)."""
+    frames = profile.frames
+    is_layer = [f.kind == "layer" for f in frames]
+    out: list[int] = []
+    for parent, fid in zip(profile.stack_parent.tolist(), profile.stack_frame.tolist()):
+        out.append(fid if is_layer[fid] else (out[parent] if parent >= 0 else -1))
+    return np.asarray(out, dtype=np.int32)
+
+
+def layer_of_frames(frames: Sequence[Frame]) -> str | None:
+    """Name of the innermost layer frame of a root-first frame list, or None."""
+    for frame in reversed(frames):
+        if frame.kind == "layer":
+            return frame.name
+    return None

@@ -1,0 +1,141 @@
+"""Steps: training/inference iterations, their wall time and their time per phase.
+
+Step boundaries come from marks the collector recorded (``flameprof.step()`` and optimizer steps
+are marked ``step``, DataLoader batches ``batch``; ``step`` is preferred when both exist): a step is
+the interval between two consecutive marks of the loop's thread. Without marks, steps are inferred
+from the samples: the loop moves through data -> forward -> backward -> optimizer, so a step starts
+where that order falls back (e.g. optimizer then data). That needs several samples per step and is
+reported as approximate.
+
+Warm-up (the first step, plus the immediately following steps slower than 1.5x the median) is
+reported apart; shares and the verdict use the steady state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import Profile
+from .phases import DATA_IDS, LEAF_PHASES
+
+STEP_MARKS = ("step", "batch")
+WARMUP_FACTOR = 1.5
+_STAGE = {"data.wait": 0, "data.fetch": 0, "forward": 1, "backward": 2, "optimizer": 3}
+# Leaf-phase id -> position in the data/forward/backward/optimizer cycle, -1 for sync and other.
+_STAGE_OF_PHASE = np.array([_STAGE.get(p, -1) for p in LEAF_PHASES], dtype=np.int8)
+
+
+@dataclass
+class StepTable:
+    """``n`` steps: ``bounds`` (n+1 times, the sample time base), ``phase_seconds`` (n x leaf phases)."""
+
+    source: str                 # "marks:step", "marks:batch", "samples" or "none"
+    thread: int                 # the loop's thread (index into profile.threads), -1 when none
+    bounds: np.ndarray
+    phase_seconds: np.ndarray
+    warmup: int                 # the first ``warmup`` steps are warm-up
+
+    @property
+    def count(self) -> int:
+        return max(len(self.bounds) - 1, 0)
+
+    @property
+    def walls(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    @property
+    def steady(self) -> np.ndarray:
+        """Boolean mask of the steady-state steps."""
+        mask = np.ones(self.count, dtype=bool)
+        mask[:self.warmup] = False
+        return mask
+
+    def steady_phase_seconds(self) -> np.ndarray:
+        """Seconds per leaf phase summed over the steady-state steps."""
+        return self.phase_seconds[self.steady].sum(axis=0) if self.count else np.zeros(len(LEAF_PHASES))
+
+
+def loop_thread(profile: Profile, phases: np.ndarray) -> int:
+    """The thread that runs the training/inference loop: the one with step marks, else the one with
+    the most data/forward/backward/optimizer time, else MainThread or the busiest thread; -1 if no samples."""
+    marked = [m.thread for m in profile.marks if m.name in STEP_MARKS]
+    if marked:
+        return int(np.bincount(marked).argmax())
+    if not profile.num_samples:
+        return -1
+    nthreads = max(len(profile.threads), int(profile.sample_thread.max()) + 1)
+    dl = _STAGE_OF_PHASE[phases] >= 0
+    per_thread = np.bincount(profile.sample_thread[dl], weights=profile.sample_wall[dl], minlength=nthreads)
+    if per_thread.max() > 0:
+        return int(per_thread.argmax())
+    for i, t in enumerate(profile.threads):
+        if t.name == "MainThread" and np.any(profile.sample_thread == i):
+            return i
+    return int(np.bincount(profile.sample_thread, weights=profile.sample_wall, minlength=nthreads).argmax())
+
+
+def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
+    """Steps of ``thread`` with their time per phase (``phases``: leaf-phase id per sample)."""
+    sel = profile.sample_thread == thread
+    times, walls, ph = profile.sample_time[sel], profile.sample_wall[sel], phases[sel]
+    order = np.argsort(times, kind="stable")
+    times, walls, ph = times[order], walls[order], ph[order]
+    source, bounds = "none", np.zeros(0)
+    for name in STEP_MARKS:
+        marks = np.sort([m.time for m in profile.marks if m.name == name and m.thread == thread])
+        if len(marks) >= 2:
+            source, bounds = f"marks:{name}", marks
+            break
+    else:
+        bounds = _bounds_from_samples(times, walls, ph)
+        if len(bounds) >= 2:
+            source = "samples"
+    n = max(len(bounds) - 1, 0)
+    nph = len(LEAF_PHASES)
+    if n:
+        idx = np.searchsorted(bounds, times, side="right") - 1
+        ok = (idx >= 0) & (idx < n)
+        cells = np.bincount(idx[ok] * nph + ph[ok], weights=walls[ok], minlength=n * nph)
+        phase_seconds = cells.reshape(n, nph)
+    else:
+        phase_seconds = np.zeros((0, nph))
+    table = StepTable(source, thread, np.asarray(bounds, dtype=np.float64), phase_seconds, 0)
+    table.warmup = warmup_count(table.walls)
+    return table
+
+
+def _bounds_from_samples(times: np.ndarray, walls: np.ndarray, ph: np.ndarray) -> np.ndarray:
+    """Step boundaries where the data -> forward -> backward -> optimizer order falls back."""
+    stage = _STAGE_OF_PHASE[ph]
+    keep = np.nonzero(stage >= 0)[0]
+    if len(keep) < 2:
+        return np.zeros(0)
+    st = stage[keep]
+    drops = keep[1:][np.diff(st) < 0]
+    if not len(drops):
+        return np.zeros(0)
+    first, last = keep[0], keep[-1]
+    # A bound sits half a sample before the sample that starts a step, so that sample is inside it and
+    # the previous one is not; the end sits just after the last sample.
+    starts = np.concatenate(([first], drops))
+    return np.concatenate((times[starts] - walls[starts] / 2, [np.nextafter(times[last], np.inf)]))
+
+
+def warmup_count(walls: np.ndarray) -> int:
+    """Leading warm-up steps: the first, then the following ones slower than 1.5x the median (at most a quarter)."""
+    n = len(walls)
+    if n < 3:
+        return 0
+    median = float(np.median(walls))
+    count = 1
+    while count < n // 4 and walls[count] > WARMUP_FACTOR * median:
+        count += 1
+    return count
+
+
+def data_share(seconds: np.ndarray) -> float:
+    """Fraction of the summed leaf-phase ``seconds`` spent in data (wait + fetch)."""
+    total = float(seconds.sum())
+    return float(seconds[list(DATA_IDS)].sum()) / total if total > 0 else 0.0

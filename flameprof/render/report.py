@@ -1,0 +1,196 @@
+"""The deep-learning report: one dictionary with stable keys, rendered as JSON, text or markdown.
+
+JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``samples``, ``threads``,
+``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
+``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
+``layers``, ``functions``, ``verdict``. Percentages are of the loop thread's wall time (for
+``phases``) or of the steady-state steps (for ``steps.steady.phases``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import numpy as np
+
+from ..analyze.advice import HIGHLY, MODERATELY, basis_seconds, judge
+from ..analyze.breakdown import Analysis, Row, analyze
+from ..analyze.phases import LEAF_PHASES, PHASES, Rule
+from ..model import Profile
+
+FORMATS = ("text", "markdown", "json")
+REPORT_VERSION = 1
+TOP = 10
+
+
+def _r(x: float) -> float:
+    return round(float(x), 6)
+
+
+def phase_table(seconds: np.ndarray) -> dict:
+    """``{phase: {"seconds", "percent"}}`` for the six phases; ``data`` also has ``wait`` and ``fetch``."""
+    total = float(seconds.sum())
+
+    def cell(s: float) -> dict:
+        return {"seconds": _r(s), "percent": _r(100.0 * s / total if total else 0.0)}
+
+    by_leaf = {p: float(seconds[i]) for i, p in enumerate(LEAF_PHASES)}
+    table = {}
+    for phase in PHASES:
+        if phase == "data":
+            table["data"] = cell(by_leaf["data.wait"] + by_leaf["data.fetch"])
+            table["data"]["wait"] = cell(by_leaf["data.wait"])
+            table["data"]["fetch"] = cell(by_leaf["data.fetch"])
+        else:
+            table[phase] = cell(by_leaf[phase])
+    return table
+
+
+def _rows(rows: Sequence[Row], total: float) -> list[dict]:
+    pct = (lambda s: _r(100.0 * s / total)) if total else (lambda s: 0.0)
+    return [{"name": r.name, "self": _r(r.self_s), "total": _r(r.total_s),
+             "self_percent": pct(r.self_s), "total_percent": pct(r.total_s)} for r in rows]
+
+
+def _steps(analysis: Analysis) -> dict:
+    steps = analysis.steps
+    walls = steps.walls
+    steady = walls[steps.steady] if steps.count else walls
+    stats = {"count": int(len(steady))}
+    if len(steady):
+        stats |= {"p50": _r(np.percentile(steady, 50)), "p90": _r(np.percentile(steady, 90)),
+                  "max": _r(steady.max()), "mean": _r(steady.mean())}
+    stats["phases"] = phase_table(steps.steady_phase_seconds())
+    return {
+        "source": steps.source,
+        "count": steps.count,
+        "warmup": {"count": steps.warmup, "seconds": _r(walls[:steps.warmup].sum())},
+        "steady": stats,
+        "per_step": [{"start": _r(steps.bounds[i]), "wall": _r(walls[i]), "warmup": i < steps.warmup,
+                      "phases": {p: _r(steps.phase_seconds[i, j]) for j, p in enumerate(LEAF_PHASES)}}
+                     for i in range(steps.count)],
+    }
+
+
+def report_data(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", source: str = "",
+                analysis: Analysis | None = None) -> dict:
+    """The report as a JSON-ready dictionary."""
+    analysis = analysis or analyze(profile, rules, mode, TOP)
+    verdict = judge(analysis)
+    _, basis = basis_seconds(analysis)
+    return {
+        "report_version": REPORT_VERSION,
+        "source": source,
+        "duration": _r(profile.duration),
+        "samples": profile.num_samples,
+        "threads": len(profile.threads),
+        "mode": mode,
+        "loop_thread": analysis.thread_name,
+        "deep_learning": analysis.is_deep_learning,
+        "phases": phase_table(analysis.phase_seconds),
+        "steps": _steps(analysis),
+        "layers": _rows(analysis.layers, analysis.loop_seconds),
+        "functions": _rows(analysis.functions, analysis.function_total),
+        "verdict": {"level": verdict.level, "input_bound": verdict.level in ("highly", "moderately"),
+                    "data_percent": _r(100 * verdict.data_share), "basis": verdict.basis, "text": verdict.text,
+                    "thresholds": {"highly": 100 * HIGHLY, "moderately": 100 * MODERATELY},
+                    "advice": verdict.advice},
+    }
+
+
+def format_json(data: dict) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.1f} ms"
+
+
+def phase_lines(phases: dict, steady: dict | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, seconds, percent, steady percent) rows, data's parts indented under it."""
+    rows = []
+    for phase in PHASES:
+        entries = [(phase, phases[phase], (steady or {}).get(phase))]
+        if phase == "data":
+            entries += [(f"  data.{k}", phases["data"][k], (steady or {}).get("data", {}).get(k)) for k in ("wait", "fetch")]
+        for name, cell, st in entries:
+            rows.append((name, f"{cell['seconds']:.3f} s", f"{cell['percent']:.1f}%",
+                         f"{st['percent']:.1f}%" if st else ""))
+    return rows
+
+
+def steps_line(steps: dict) -> str:
+    if not steps["count"]:
+        return "no steps found (mark them with flameprof.step())"
+    st = steps["steady"]
+    text = f"{steps['count']} steps ({steps['source']})"
+    if steps["warmup"]["count"]:
+        text += f", warm-up {steps['warmup']['count']} ({steps['warmup']['seconds']:.2f} s)"
+    if st["count"]:
+        text += f"; steady p50 {_ms(st['p50'])}, p90 {_ms(st['p90'])}, max {_ms(st['max'])}"
+    return text
+
+
+def format_text(data: dict, top: int = TOP) -> str:
+    out = [f"flameprof report{': ' + data['source'] if data['source'] else ''}",
+           f"  duration {data['duration']:.2f} s, {data['samples']} samples, {data['threads']} thread(s), "
+           f"loop thread {data['loop_thread'] or '-'}",
+           f"  steps: {steps_line(data['steps'])}", "",
+           "phases (loop thread wall time)            run     steady steps"]
+    steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
+    for name, secs, pct, st in phase_lines(data["phases"], steady):
+        out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
+    out += ["", f"verdict: {data['verdict']['text']}"]
+    out += [f"  - {a}" for a in data["verdict"]["advice"]]
+    layers = data["layers"]
+    if layers:
+        for key in ("self", "total"):
+            out += ["", f"top layers by {key} time:"]
+            for row in sorted(layers, key=lambda r: -r[key])[:top]:
+                out.append(f"  {row[key + '_percent']:5.1f}%  {row[key]:8.3f} s  {row['name']}")
+    if data["functions"]:
+        out += ["", f"top functions by self {data['mode']} time (all threads):"]
+        for row in data["functions"][:top]:
+            out.append(f"  {row['self_percent']:5.1f}%  {row['self']:8.3f} s  total {row['total_percent']:5.1f}%  "
+                       f"{row['name']}")
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def format_markdown(data: dict, top: int = TOP) -> str:
+    out = [f"# flameprof report{': ' + _md(data['source']) if data['source'] else ''}", "",
+           f"- duration: {data['duration']:.2f} s, {data['samples']} samples, {data['threads']} thread(s)",
+           f"- loop thread: {_md(data['loop_thread'] or '-')}",
+           f"- steps: {steps_line(data['steps'])}", "",
+           f"**Verdict: {_md(data['verdict']['text'])}**", ""]
+    out += [f"- {_md(a)}" for a in data["verdict"]["advice"]]
+    out += ["", "## Phases", "", "| phase | time | % of run | % of steady steps |", "| --- | ---: | ---: | ---: |"]
+    steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
+    for name, secs, pct, st in phase_lines(data["phases"], steady):
+        out.append(f"| {name.strip()} | {secs} | {pct} | {st} |")
+    if data["layers"]:
+        out += ["", "## Top layers", "", "| layer | self | self % | total | total % |", "| --- | ---: | ---: | ---: | ---: |"]
+        for row in data["layers"][:top]:
+            out.append(f"| {_md(row['name'])} | {row['self']:.3f} s | {row['self_percent']:.1f}% | "
+                       f"{row['total']:.3f} s | {row['total_percent']:.1f}% |")
+    if data["functions"]:
+        out += ["", "## Top functions", "", "| function | self | self % | total % |", "| --- | ---: | ---: | ---: |"]
+        for row in data["functions"][:top]:
+            out.append(f"| `{_md(row['name'])}` | {row['self']:.3f} s | {row['self_percent']:.1f}% | "
+                       f"{row['total_percent']:.1f}% |")
+    return "\n".join(out) + "\n"
+
+
+def render_report(data: dict, fmt: str) -> str:
+    """``data`` (from ``report_data``) in ``fmt``: text, markdown or json."""
+    if fmt == "json":
+        return format_json(data)
+    if fmt == "markdown":
+        return format_markdown(data)
+    if fmt == "text":
+        return format_text(data)
+    raise ValueError(f"unknown report format {fmt!r} (expected one of {', '.join(FORMATS)})")
