@@ -15,6 +15,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .collect.counters import CounterRecorder
+from . import scopes
+from .collect import torch_hooks
 from .collect.backend import SamplerBase, make_sampler
 from .records import ProfileBuilder
 
@@ -33,12 +35,14 @@ class _Session:
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
 
-    def acquire(self, rate: float) -> None:
+    def acquire(self, rate: float, backward_layers: bool = False) -> None:
         with self.lock:
             if self.users == 0:
                 self.builder = ProfileBuilder()
                 self.start_time = time.time()
                 self.sampler = make_sampler(self.builder, rate)
+                scopes.activate(self.sampler, self.builder)
+                torch_hooks.install(self.sampler, backward_layers)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)
                 self.sampler.tick_hooks.append(self.counters.tick)
@@ -51,6 +55,8 @@ class _Session:
             self.users -= 1
             if self.users == 0 and self.sampler is not None:
                 self.sampler.stop()
+                torch_hooks.uninstall()
+                scopes.deactivate(self.sampler)
 
     def now(self) -> float:
         """Seconds since the session's sampler started (the time base of its samples)."""
@@ -63,6 +69,7 @@ class _Session:
         with self.lock:
             b = self.builder
             profile = b.build()
+            meta = {**b.meta, **meta}  # e.g. scope_phases recorded by user scopes
         for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
             setattr(profile, name, getattr(profile, name)[first:last])
         if self.counters is not None:
@@ -98,13 +105,14 @@ class Profiler:
     """
 
     def __init__(self, output: str | os.PathLike | None = None, rate: float = 100.0, mode: str = "wall",
-                 **render_options: Any) -> None:
+                 backward_layers: bool = False, **render_options: Any) -> None:
         if not 0 < rate <= 10_000:
             raise ValueError("rate must be in (0, 10000] Hz")
         self.output = output
         self.rate = rate
         self.mode = mode
         self.render_options = render_options
+        self.backward_layers = backward_layers  # see collect/torch_hooks.py
         self.profile: "Profile | None" = None
         self._first: int | None = None
         self._t_start = 0.0
@@ -116,7 +124,7 @@ class Profiler:
     def start(self) -> "Profiler":
         if self.running:
             raise RuntimeError("this Profiler is already running")
-        SESSION.acquire(self.rate)
+        SESSION.acquire(self.rate, self.backward_layers)
         assert SESSION.builder is not None
         self._first = SESSION.builder.num_samples
         self._t_start = SESSION.now()
@@ -159,7 +167,7 @@ class Profiler:
     def __call__(self, func: Callable) -> Callable:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            inner = Profiler(self.output, self.rate, self.mode, **self.render_options)
+            inner = Profiler(self.output, self.rate, self.mode, self.backward_layers, **self.render_options)
             try:
                 with inner:
                     return func(*args, **kwargs)
@@ -170,6 +178,6 @@ class Profiler:
 
 
 def profile(output: str | os.PathLike | None = "flameprof-out", rate: float = 100.0, mode: str = "wall",
-            **render_options: Any) -> Profiler:
+            backward_layers: bool = False, **render_options: Any) -> Profiler:
     """``with flameprof.profile(output="out/"):`` profiles the block and writes the outputs."""
-    return Profiler(output, rate, mode, **render_options)
+    return Profiler(output, rate, mode, backward_layers, **render_options)

@@ -1,0 +1,233 @@
+"""PyTorch awareness while profiling: layer frames, step and batch marks, optional backward layers.
+
+Nothing here imports torch. ``install`` runs when a session starts and then, from the sampler's
+tick, checks ``sys.modules`` until the program has imported the torch modules it needs; each part
+is installed once its module has finished importing and removed again by ``uninstall``:
+
+* layer frames: ``Module._call_impl``'s code is registered as a sampler frame hook
+  (see layers.py); no module hook is installed, so the forward path is untouched;
+* ``step`` marks when an optimizer's ``step()`` returns (torch's global optimizer post hook; only
+  the first live optimizer counts, and none once the program calls ``flameprof.step()``);
+* ``batch`` marks when a DataLoader iterator hands out a batch (``_BaseDataLoaderIter.__next__``
+  is wrapped), value = index of the dataset in order of first batch;
+* with ``backward_layers``: global full backward (pre-)hooks put a ``layer`` scope named
+  ``<layer path> (backward)`` on the thread running backward while that layer's gradients are
+  computed. Global backward hooks make every module call take torch's slow hook path and wrap
+  module inputs and outputs, hence off by default.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any, Callable
+
+from .. import scopes
+from .layers import NAMER
+
+_HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
+_NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
+
+
+def _ready(name: str) -> Any:
+    """The module ``name`` if the program imported it and its import has finished, else None."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
+
+class TorchHooks:
+    """The torch instrumentation of one profiling session."""
+
+    def __init__(self, sampler: Any, backward_layers: bool = False) -> None:
+        self.sampler = sampler
+        self.backward_layers = backward_layers
+        self._undo: list[Callable[[], None]] = []
+        self._pending = ["layers", "optimizer", "dataloader"] + (["backward"] if backward_layers else [])
+        self._optimizer: Callable[[], Any] | None = None
+        self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
+        self._backward = threading.local()
+
+    def tick(self) -> None:
+        """Install whatever part's torch module has become available (cheap once all are in)."""
+        if not self._pending or "torch" not in sys.modules:
+            return
+        for part, module_name in (("layers", "torch.nn.modules.module"), ("optimizer", "torch.optim.optimizer"),
+                                  ("dataloader", "torch.utils.data.dataloader"),
+                                  ("backward", "torch.nn.modules.module")):
+            if part in self._pending:
+                module = _ready(module_name)
+                if module is not None:
+                    self._pending.remove(part)
+                    try:
+                        getattr(self, "_install_" + part)(module)
+                    except Exception:  # a torch without this API: profile without this part
+                        pass
+
+    def uninstall(self) -> None:
+        self._pending = []
+        while self._undo:
+            try:
+                self._undo.pop()()
+            except Exception:
+                pass
+
+    # -- layers ---------------------------------------------------------------------------
+    def _install_layers(self, module: Any) -> None:
+        code = module.Module._call_impl.__code__
+        NAMER.call_code = code
+        hooks = self.sampler.frame_hooks
+        hooks[code] = NAMER.hook  # the sampler's table notices the change and forgets cached decisions
+
+        def undo() -> None:
+            if hooks.get(code) is NAMER.hook:
+                del hooks[code]
+
+        self._undo.append(undo)
+
+    # -- steps ----------------------------------------------------------------------------
+    def _install_optimizer(self, module: Any) -> None:
+        self._undo.append(module.register_optimizer_step_post_hook(self._on_optimizer_step).remove)
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            if scopes.user_steps:
+                return
+            first = self._optimizer() if self._optimizer is not None else None
+            if first is None:
+                self._optimizer, first = weakref.ref(optimizer), optimizer
+            if first is optimizer:
+                scopes.mark("step", "optimizer")
+        except Exception:
+            pass
+
+    def _install_dataloader(self, module: Any) -> None:
+        cls = module._BaseDataLoaderIter
+        original = cls.__dict__["__next__"]
+        on_batch = self._on_batch
+
+        @functools.wraps(original)
+        def __next__(it: Any) -> Any:
+            batch = original(it)
+            on_batch(it)
+            return batch
+
+        cls.__next__ = __next__
+
+        def undo() -> None:
+            if cls.__dict__.get("__next__") is __next__:
+                cls.__next__ = original
+
+        self._undo.append(undo)
+
+    def _on_batch(self, it: Any) -> None:
+        try:
+            dataset = it.__dict__.get("_dataset")
+            entry = self._datasets.get(id(dataset))
+            if entry is None or entry[0]() is not dataset:
+                try:
+                    ref = weakref.ref(dataset)
+                except TypeError:
+                    ref = lambda: dataset  # noqa: E731 - datasets that refuse weak refs are kept alive
+                entry = self._datasets[id(dataset)] = (ref, str(len(self._datasets)))
+            scopes.mark("batch", entry[1])
+        except Exception:
+            pass
+
+    # -- backward layers --------------------------------------------------------------------
+    def _install_backward(self, module: Any) -> None:
+        warnings.filterwarnings("ignore", message=_NO_INPUT_GRAD_WARNING)
+        entry = warnings.filters[0]
+        pre = module.register_module_full_backward_pre_hook(self._on_backward_pre)
+        post = module.register_module_full_backward_hook(self._on_backward)
+
+        def undo() -> None:
+            pre.remove()
+            post.remove()
+            if entry in warnings.filters:
+                warnings.filters.remove(entry)
+                getattr(warnings, "_filters_mutated", lambda: None)()
+
+        self._undo.append(undo)
+
+    def _open(self) -> list:
+        """This thread's backward layers: [path, entered_in, scope name, closed_by_gradient]."""
+        stack = getattr(self._backward, "stack", None)
+        if stack is None:
+            stack = self._backward.stack = []
+        return stack
+
+    def _on_backward_pre(self, module: Any, grad_output: Any) -> None:
+        try:
+            stack = self._open()
+            path = NAMER.path_of(module)
+            # a layer whose inputs need no gradient ends when a layer outside it starts
+            while stack and not path.startswith(stack[-1][0] + "."):
+                top = stack.pop()
+                scopes.pop(top[1], top[2], "layer")
+            if not stack:
+                _at_backward_end(stack)
+            entered = sys._getframe(1)
+            while entered is not None and entered.f_code.co_filename.endswith(_HOOKS_FILE):
+                entered = entered.f_back
+            name = f"{path} (backward)"
+            scopes.push(entered, name, kind="layer")
+            stack.append([path, entered, name])
+        except Exception:
+            pass
+
+    def _on_backward(self, module: Any, grad_input: Any, grad_output: Any) -> None:
+        try:
+            if not any(g is not None for g in grad_input):
+                return  # fired before this layer's own gradients: it stays open (see _on_backward_pre)
+            stack = self._open()
+            path = NAMER.path_of(module)
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][0] == path:
+                    for entry in stack[i:]:
+                        scopes.pop(entry[1], entry[2], "layer")
+                    del stack[i:]
+                    return
+        except Exception:
+            pass
+
+
+
+def _at_backward_end(stack: list) -> None:
+    """Close the backward layers left open on this thread when the running backward pass ends."""
+    ident = threading.get_ident()
+
+    def close() -> None:
+        for entry in stack:
+            scopes.pop(entry[1], entry[2], "layer", ident)
+        stack.clear()
+
+    sys.modules["torch.autograd"].Variable._execution_engine.queue_callback(close)
+
+
+_ACTIVE: TorchHooks | None = None
+
+
+def install(sampler: Any, backward_layers: bool = False) -> TorchHooks:
+    """Instrument torch for a session: now for what is imported, later (sampler tick) for the rest."""
+    global _ACTIVE
+    uninstall()
+    hooks = _ACTIVE = TorchHooks(sampler, backward_layers)
+    hooks.tick()
+    sampler.tick_hooks.append(hooks.tick)
+    return hooks
+
+
+def uninstall() -> None:
+    """Remove every torch hook and patch of the current session."""
+    global _ACTIVE
+    hooks, _ACTIVE = _ACTIVE, None
+    if hooks is not None:
+        if hooks.tick in hooks.sampler.tick_hooks:
+            hooks.sampler.tick_hooks.remove(hooks.tick)
+        hooks.uninstall()

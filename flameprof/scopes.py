@@ -1,0 +1,159 @@
+"""User scopes and step marks: ``flameprof.scope``, ``scope_start``/``scope_end`` and ``flameprof.step``.
+
+While no profiler runs, each call costs one read of a module global. While one runs, entering a
+scope pushes ``(frame that entered it, Frame)`` on the thread's list in ``sampler.scopes`` and the
+sampler shows the scope's frame just leafward of that frame. A scope that declares a phase is
+recorded in the profile's ``meta["scope_phases"]`` (``{scope name: phase}``) for the analysis.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from .records import Frame, Mark
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SCOPES: dict | None = None  # the running sampler's ``scopes``; None while not profiling
+_SAMPLER: Any = None
+_BUILDER: Any = None
+_PHASES: dict[str, str] = {}
+_FRAMES: dict[tuple[str, str], Frame] = {}
+_get_ident = threading.get_ident
+user_steps = False  # set once flameprof.step() was called in this session: it then defines the steps
+
+
+def activate(sampler: Any, builder: Any) -> None:
+    """Start recording scopes and marks into ``sampler``/``builder`` (called when a session starts)."""
+    global _SCOPES, _SAMPLER, _BUILDER, _PHASES, user_steps
+    _PHASES = builder.meta.setdefault("scope_phases", {})
+    _SAMPLER, _BUILDER, user_steps = sampler, builder, False
+    _SCOPES = sampler.scopes
+
+
+def deactivate(sampler: Any) -> None:
+    global _SCOPES, _SAMPLER, _BUILDER
+    if _SAMPLER is sampler:
+        _SCOPES = _SAMPLER = _BUILDER = None
+
+
+def _frame(name: str, kind: str) -> Frame:
+    key = (name, kind)
+    frame = _FRAMES.get(key)
+    if frame is None:
+        frame = _FRAMES[key] = Frame(str(name), kind=kind)
+    return frame
+
+
+def push(entered_in: Any, name: str, phase: str | None = None, kind: str = "scope") -> tuple | None:
+    """Open a scope on this thread, shown leafward of the frame ``entered_in``; returns its entry."""
+    scopes = _SCOPES
+    if scopes is None:
+        return None
+    entry = (entered_in, _frame(name, kind))
+    ident = _get_ident()
+    stack = scopes.get(ident)
+    if stack is None:
+        stack = scopes[ident] = []
+    stack.append(entry)
+    if phase is not None:
+        _PHASES[name] = phase
+    return entry
+
+
+def pop(entered_in: Any, name: str, kind: str = "scope", ident: int | None = None) -> None:
+    """Close the innermost open scope of this thread (or thread ``ident``) entered in ``entered_in``."""
+    scopes = _SCOPES
+    if scopes is None:
+        return
+    stack = scopes.get(_get_ident() if ident is None else ident)
+    if not stack:
+        return
+    frame = _frame(name, kind)
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][1] is frame and stack[i][0] is entered_in:
+            del stack[i]
+            return
+
+
+class scope:
+    """``with flameprof.scope("name"):`` or ``@flameprof.scope("name")``: a named frame in the profile.
+
+    ``phase`` (e.g. ``"data"``) tells the analysis which phase the scope's samples belong to.
+    As a decorator the scope appears leafward of the caller, around the decorated function.
+    """
+
+    __slots__ = ("name", "phase")
+
+    def __init__(self, name: str, phase: str | None = None) -> None:
+        self.name = name
+        self.phase = phase
+
+    def __enter__(self) -> "scope":
+        if _SCOPES is not None:
+            push(sys._getframe(1), self.name, self.phase)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if _SCOPES is not None:
+            pop(sys._getframe(1), self.name)
+
+    def __call__(self, func: F) -> F:
+        name, phase = self.name, self.phase
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _SCOPES is None:
+                return func(*args, **kwargs)
+            caller = sys._getframe(1)
+            push(caller, name, phase)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                pop(caller, name)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def scope_start(name: str, phase: str | None = None) -> None:
+    """Open a scope in the calling frame, for code that cannot use ``with``; close it with ``scope_end``."""
+    if _SCOPES is not None:
+        push(sys._getframe(1), name, phase)
+
+
+def scope_end() -> None:
+    """Close this thread's innermost user scope."""
+    scopes = _SCOPES
+    if scopes is None:
+        return
+    stack = scopes.get(_get_ident())
+    for i in range(len(stack or ()) - 1, -1, -1):
+        if stack[i][1].kind == "scope":
+            del stack[i]
+            return
+
+
+def mark(name: str, value: str = "") -> None:
+    """Record a timestamped event on this thread, on the sampler's time base."""
+    sampler, builder = _SAMPLER, _BUILDER
+    if sampler is None or builder is None:
+        return
+    now = time.perf_counter() - sampler.t0
+    thread = threading.current_thread()
+    index = builder.thread_id(sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name)
+    builder.marks.append(Mark(now, index, name, value))
+
+
+def step() -> None:
+    """Mark the end of a training or inference step; once called, these marks define the steps."""
+    global user_steps
+    if _SCOPES is None:
+        return
+    if not user_steps and _BUILDER is not None:  # explicit steps replace the optimizer-derived ones
+        user_steps = True
+        _BUILDER.marks[:] = [m for m in _BUILDER.marks if not (m.name == "step" and m.value != "user")]
+    mark("step", "user")
