@@ -13,6 +13,7 @@ import gzip
 
 import numpy as np
 
+from ..analyze.phases import layer_of_stacks
 from ..analyze.threads import process_label
 from ..frames import Labeler
 from ..model import Profile
@@ -64,15 +65,6 @@ class _Strings:
         return i
 
 
-def innermost_layer(profile: Profile) -> list[int]:
-    """Per interned stack, the frame id of its innermost ``layer`` frame, or -1."""
-    kinds = [f.kind == "layer" for f in profile.frames]
-    out: list[int] = []
-    for parent, frame in zip(profile.stack_parent.tolist(), profile.stack_frame.tolist()):
-        out.append(frame if kinds[frame] else (out[parent] if parent >= 0 else -1))
-    return out
-
-
 def render_pprof(profile: Profile, mode: str = "wall", sample_phase: np.ndarray | None = None,
                  phase_names: list[str] | tuple[str, ...] = ()) -> bytes:
     """The gzipped pprof profile. ``sample_phase[i]`` indexes ``phase_names`` for sample ``i`` (-1: none)."""
@@ -94,7 +86,7 @@ def render_pprof(profile: Profile, mode: str = "wall", sample_phase: np.ndarray 
     else:
         count = np.rint(np.bincount(inverse, profile.sample_wall, len(unique))).astype(np.int64) if n else count
 
-    layer = innermost_layer(profile)
+    layer = layer_of_stacks(profile).tolist()
     k_phase, k_layer, k_process, k_thread = (strings(k) for k in ("phase", "layer", "process", "thread"))
     thread_labels = [field_bytes(3, field_int(1, k_process) + field_int(2, strings(process_label(profile, t.pid))))
                      + field_bytes(3, field_int(1, k_thread) + field_int(2, strings(f"{t.name or 'thread'} "
