@@ -1,0 +1,180 @@
+"""Phase classification: built-in rules, precedence, user rules and declared scopes, views, and a real torch loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flameprof.analyze.phases import (LEAF_PHASES, Classifier, layer_of_stacks, parse_rule, phase_of_samples,
+                                      phase_of_stacks, profile_rules)
+from flameprof.analyze.views import display_stacks
+from flameprof.errors import FlameprofError
+from flameprof.model import Frame, ProfileBuilder
+
+TORCH = "/venv/lib/python3.11/site-packages/torch/"
+MODULE = Frame("<module>", "/work/train.py", 1)
+NEXT = Frame("_BaseDataLoaderIter.__next__", TORCH + "utils/data/dataloader.py", 720)
+SINGLE = Frame("_SingleProcessDataLoaderIter._next_data", TORCH + "utils/data/dataloader.py", 783)
+MULTI = Frame("_MultiProcessingDataLoaderIter._next_data", TORCH + "utils/data/dataloader.py", 1468)
+TRY_GET = Frame("_MultiProcessingDataLoaderIter._try_get_data", TORCH + "utils/data/dataloader.py", 1278)
+QUEUE_GET = Frame("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py", 98)
+FETCH = Frame("_MapDatasetFetcher.fetch", TORCH + "utils/data/_utils/fetch.py", 49)
+GETITEM = Frame("Images.__getitem__", "/work/train.py", 20)
+CALL = Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782)
+LAYER = Frame("Net.fc (Linear)", kind="layer")
+LINEAR = Frame("Linear.forward", TORCH + "nn/modules/linear.py", 130)
+TENSOR_BACKWARD = Frame("Tensor.backward", TORCH + "_tensor.py", 566)
+ENGINE = Frame("_engine_run_backward", TORCH + "autograd/graph.py", 966)
+SGD = Frame("SGD.step", TORCH + "optim/sgd.py", 105)
+ZERO = Frame("Optimizer.zero_grad", TORCH + "optim/optimizer.py", 1023)
+SYNC = Frame("synchronize", TORCH + "cuda/__init__.py", 1080)
+LOG = Frame("log_metrics", "/work/train.py", 60)
+
+
+def classify(*stacks: list[Frame], meta: dict | None = None, rules=None) -> list[str]:
+    b = ProfileBuilder(meta)
+    t = b.thread_id(1, 1, "MainThread")
+    for i, frames in enumerate(stacks):
+        b.add_sample(0.01 * (i + 1), t, b.stack_id([b.frame(f) for f in frames]), 0.01)
+    profile = b.build()
+    rules = profile_rules(profile, rules or [])
+    return [LEAF_PHASES[i] for i in phase_of_samples(profile, rules)]
+
+
+def test_builtin_rules_classify_each_phase():
+    got = classify(
+        [MODULE, NEXT, SINGLE, FETCH, GETITEM],
+        [MODULE, NEXT, MULTI, TRY_GET, QUEUE_GET],
+        [MODULE, CALL, LAYER, LINEAR],
+        [MODULE, TENSOR_BACKWARD, ENGINE],
+        [MODULE, SGD],
+        [MODULE, ZERO],
+        [MODULE, SYNC],
+        [MODULE, LOG],
+        [MODULE],
+    )
+    assert got == ["data.fetch", "data.wait", "forward", "backward", "optimizer", "optimizer", "sync", "other",
+                   "other"]
+
+
+def test_priority_data_beats_forward_and_backward_beats_forward():
+    transform = [MODULE, NEXT, SINGLE, FETCH, GETITEM, CALL, Frame("Normalize.forward", "/work/t.py", 3)]
+    recompute = [MODULE, TENSOR_BACKWARD, ENGINE, Frame("CheckpointFunction.backward", "/x.py", 1), CALL, LINEAR]
+    sync_in_forward = [MODULE, CALL, LAYER, LINEAR, SYNC]
+    assert classify(transform, recompute, sync_in_forward) == ["data.fetch", "backward", "sync"]
+
+
+def test_user_rule_beats_builtins_and_innermost_user_rule_wins():
+    rules = [parse_rule("other=train.py:log_metrics"), parse_rule("sync=*.item_like")]
+    got = classify([MODULE, CALL, LAYER, LINEAR, LOG],
+                   [MODULE, LOG, Frame("Metric.item_like", "/work/m.py", 5)],
+                   rules=rules)
+    assert got == ["other", "sync"]
+
+
+def test_declared_scope_phase_and_saved_rules_from_meta():
+    scope = Frame("load batch", kind="scope")
+    meta = {"scope_phases": {"load batch": "data"}, "phase_rules": ["data.wait=train.py:wait_for_queue"]}
+    got = classify([MODULE, scope, Frame("decode", "/work/io.py", 3)],
+                   [MODULE, Frame("wait_for_queue", "/work/train.py", 90)],
+                   [MODULE, Frame("load batch", "/work/x.py", 1)],  # a function, not the scope
+                   meta=meta)
+    assert got == ["data.fetch", "data.wait", "other"]
+
+
+@pytest.mark.parametrize("text", ["forward", "=x", "fwd=x", "data=", "data=  ", "sync=path.py:"])
+def test_malformed_rules_raise_one_clear_error(text):
+    with pytest.raises(FlameprofError, match="bad --phase rule"):
+        parse_rule(text)
+
+
+def test_native_names_with_double_colons_are_names_not_paths():
+    rule = parse_rule("sync=at::native::_local_scalar_dense*")
+    c = Classifier([rule])
+    assert c.classify([Frame("at::native::_local_scalar_dense_cpu", kind="native")]) == "sync"
+    assert c.classify([Frame("at::native::add", kind="native")]) == "other"
+
+
+def test_stack_classification_is_per_stack_and_matches_frame_walk():
+    stacks = [[MODULE, NEXT, SINGLE, FETCH, GETITEM], [MODULE, CALL, LAYER, LINEAR], [MODULE, SGD], [MODULE]]
+    b = ProfileBuilder()
+    t = b.thread_id(1, 1)
+    rng = np.random.default_rng(0)
+    ids = [b.stack_id([b.frame(f) for f in s]) for s in stacks]
+    for k in rng.integers(0, len(ids), 1000):
+        b.add_sample(0.0, t, ids[k], 0.01)
+    b.add_sample(0.0, t, -1, 0.01)
+    profile = b.build()
+    per_stack = phase_of_stacks(profile)
+    c = Classifier(profile_rules(profile))
+    for sid in range(len(profile.stack_parent)):
+        assert LEAF_PHASES[per_stack[sid]] == c.classify([profile.frames[f] for f in profile.stack_frames(sid)])
+    samples = phase_of_samples(profile)
+    assert LEAF_PHASES[samples[-1]] == "other"  # the empty stack
+    assert np.array_equal(samples[:-1], per_stack[profile.sample_stack[:-1]])
+    layers = layer_of_stacks(profile)
+    assert profile.frames[layers[ids[1]]] == LAYER and layers[ids[0]] == -1
+
+
+def _views_profile():
+    b = ProfileBuilder()
+    t = b.thread_id(1, 1)
+    b.add_stack_sample([MODULE, CALL, LAYER, CALL, Frame("Net.fc.act (ReLU)", kind="layer"),
+                        Frame("relu", TORCH + "nn/functional.py", 1)], 0.3, t)
+    b.add_stack_sample([MODULE, NEXT, MULTI, TRY_GET, QUEUE_GET], 0.5, t)
+    b.add_stack_sample([MODULE, Frame("epoch", kind="scope"), LOG], 0.2, t)
+    return b.build()
+
+
+def test_layers_view_keeps_layers_scopes_and_the_leaf():
+    got = {tuple(f.name for f in frames): round(w, 6) for frames, w in display_stacks(_views_profile(), view="layers")}
+    assert got == {("Net.fc (Linear)", "Net.fc.act (ReLU)", "relu"): 0.3, ("Queue.get",): 0.5,
+                   ("epoch", "log_metrics"): 0.2}
+
+
+def test_phases_view_puts_the_phase_at_the_root():
+    got = {tuple(f.name for f in frames[:3]): w for frames, w in display_stacks(_views_profile(), view="phases")}
+    assert got[("forward", "<module>", "Module._call_impl")] == pytest.approx(0.3)
+    assert got[("data", "data.wait", "<module>")] == pytest.approx(0.5)
+    assert got[("other", "<module>", "epoch")] == pytest.approx(0.2)
+
+
+def test_real_torch_loop_at_1000_hz_is_classified():
+    """A tiny real training loop: every phase it runs is seen, and the dataset's frames are data.fetch."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    from flameprof.profiler import Profiler
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            s = 0
+            for k in range(20000):
+                s += k
+            return torch.randn(32), torch.tensor(i % 2)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    profiler = Profiler(rate=1000).start()
+    for x, y in DataLoader(Slow(), batch_size=8):
+        for _ in range(20):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    profile = profiler.stop()
+    phases = phase_of_samples(profile)
+    main = profile.sample_thread == profile.sample_thread[np.argmax(profile.sample_wall)]
+    seen = {LEAF_PHASES[p] for p in np.unique(phases[main])}
+    assert {"data.fetch", "forward", "backward", "optimizer"} <= seen
+    per_stack = phase_of_stacks(profile)
+    for sid in range(len(profile.stack_parent)):
+        names = [profile.frames[f].name for f in profile.stack_frames(sid)]
+        if "Slow.__getitem__" in names:
+            assert LEAF_PHASES[per_stack[sid]] == "data.fetch", names
+        if "Linear.forward" in names:
+            assert LEAF_PHASES[per_stack[sid]] == "forward", names

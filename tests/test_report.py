@@ -1,0 +1,154 @@
+"""The report: verdict thresholds, advice, stable JSON keys, formats and the ``flameprof report`` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import assert_one_error_line, run_flameprof
+from flameprof import storage
+from flameprof.analyze.advice import verdict_level
+from flameprof.model import Frame, Mark, ProfileBuilder
+from flameprof.render.report import render_report, report_data
+
+TORCH = "/venv/lib/python3.11/site-packages/torch/"
+DL = TORCH + "utils/data/dataloader.py"
+MODULE = Frame("<module>", "/work/train.py", 1)
+NEXT = Frame("_BaseDataLoaderIter.__next__", DL, 720)
+STACKS = {
+    "fetch": [MODULE, NEXT, Frame("_SingleProcessDataLoaderIter._next_data", DL, 783),
+              Frame("Images.__getitem__", "/work/train.py", 20)],
+    "wait": [MODULE, NEXT, Frame("_MultiProcessingDataLoaderIter._next_data", DL, 1468),
+             Frame("_MultiProcessingDataLoaderIter._try_get_data", DL, 1278)],
+    "forward": [MODULE, Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
+                Frame("Net.fc (Linear)", kind="layer"), Frame("Linear.forward", TORCH + "nn/modules/linear.py", 130)],
+    "dropout": [MODULE, Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
+                Frame("Net.drop (Dropout)", kind="layer"), Frame("Dropout.forward", TORCH + "nn/modules/dropout.py", 70)],
+    "backward": [MODULE, Frame("Tensor.backward", TORCH + "_tensor.py", 566)],
+    "sync": [MODULE, Frame("synchronize", TORCH + "cuda/__init__.py", 1080)],
+    "plain": [MODULE, Frame("work", "/work/app.py", 5)],
+}
+
+
+def stepped(step: dict[str, float], steps: int = 4, marks: bool = True):
+    """``steps`` identical steps, each one sample per ``{stack: seconds}`` entry, with step marks."""
+    b = ProfileBuilder({"duration": 0.0})
+    main = b.thread_id(1, 1, "MainThread")
+    ids = {name: b.stack_id([b.frame(f) for f in frames]) for name, frames in STACKS.items()}
+    t = 0.0
+    for _ in range(steps):
+        if marks:
+            b.marks.append(Mark(t, main, "step"))
+        for name, seconds in step.items():
+            t += seconds
+            b.add_sample(t, main, ids[name], seconds, seconds)
+    if marks:
+        b.marks.append(Mark(t, main, "step"))
+    b.meta["duration"] = t
+    return b.build()
+
+
+@pytest.mark.parametrize("share, level", [(0.199, "moderately"), (0.2, "highly"), (0.05, "moderately"),
+                                          (0.0499, "not"), (0.0, "not")])
+def test_verdict_level_thresholds(share, level):
+    assert verdict_level(share) == level
+
+
+@pytest.mark.parametrize("data, compute, level", [(199, 801, "moderately"), (1, 4, "highly"), (1, 19, "moderately"),
+                                                  (1, 20, "not")])
+def test_verdict_from_steady_state_steps(data, compute, level):
+    verdict = report_data(stepped({"fetch": data, "forward": compute}))["verdict"]
+    assert verdict["level"] == level
+    assert verdict["basis"] == "steady-state steps"
+    assert verdict["data_percent"] == pytest.approx(100 * data / (data + compute))
+    assert verdict["input_bound"] == (level != "not")
+
+
+def test_warmup_step_does_not_count_towards_the_verdict():
+    profile = stepped({"forward": 10}, steps=5)
+    slow_first = stepped({"fetch": 90, "forward": 10}, steps=1)
+    assert report_data(slow_first)["verdict"]["level"] == "highly"
+    # the same slow step first, then steady compute-only steps: not input-bound
+    profile = _concat(slow_first, profile)
+    data = report_data(profile)
+    assert data["steps"]["warmup"]["count"] == 1 and data["steps"]["count"] == 6
+    assert data["verdict"]["level"] == "not"
+    assert data["phases"]["data"]["percent"] == pytest.approx(90 / 150 * 100)  # whole run still shows it
+
+
+def _concat(first, second):
+    b = ProfileBuilder()
+    main = b.thread_id(1, 1, "MainThread")
+    offset = 0.0
+    for p in (first, second):
+        stacks = p.all_stack_frames()
+        for t, sid, w in zip(p.sample_time, p.sample_stack, p.sample_wall):
+            b.add_sample(offset + t, main, b.stack_id([b.frame(p.frames[f]) for f in stacks[sid]]), w, w)
+        b.marks += [Mark(offset + m.time, main, m.name) for m in p.marks if not (offset and m.time == 0)]
+        offset += p.duration
+    return b.build()
+
+
+def test_advice_names_the_fix_for_what_the_profile_shows():
+    single = report_data(stepped({"fetch": 3, "forward": 7}))["verdict"]["advice"]
+    assert any("num_workers" in a for a in single)
+    waiting = report_data(stepped({"wait": 3, "forward": 7}))["verdict"]["advice"]
+    assert any("prefetch_factor" in a for a in waiting) and not any("in the training process" in a for a in waiting)
+    syncing = report_data(stepped({"forward": 90, "sync": 10}))["verdict"]["advice"]
+    assert any(".item()" in a for a in syncing)
+    inference = report_data(stepped({"forward": 90, "dropout": 10}))["verdict"]["advice"]
+    assert any("model.eval()" in a for a in inference)
+    training = report_data(stepped({"forward": 80, "dropout": 10, "backward": 10}))["verdict"]["advice"]
+    assert not any("Dropout" in a for a in training)
+    assert report_data(stepped({"forward": 99, "fetch": 1}))["verdict"]["advice"] == []
+
+
+def test_json_keys_are_stable():
+    data = json.loads(render_report(report_data(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json"))
+    assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples"} <= set(data)
+    assert list(data["phases"]) == ["data", "forward", "backward", "optimizer", "sync", "other"]
+    assert set(data["phases"]["data"]) == {"seconds", "percent", "wait", "fetch"}
+    assert data["phases"]["data"]["wait"]["percent"] == pytest.approx(10.0)
+    assert data["phases"]["forward"] == {"seconds": 24.0, "percent": 60.0}
+    assert {"source", "count", "warmup", "steady", "per_step"} <= set(data["steps"])
+    assert {"count", "p50", "p90", "max", "mean", "phases"} <= set(data["steps"]["steady"])
+    assert data["steps"]["count"] == 4 and data["steps"]["steady"]["p50"] == pytest.approx(10.0)
+    assert data["layers"][0] == {"name": "Net.fc (Linear)", "self": 24.0, "total": 24.0, "self_percent": 60.0,
+                                 "total_percent": 60.0}
+    assert {"level", "input_bound", "data_percent", "basis", "text", "advice"} <= set(data["verdict"])
+
+
+def test_profile_without_torch_still_reports():
+    data = report_data(stepped({"plain": 5}, marks=False))
+    assert data["phases"]["other"]["percent"] == 100.0
+    assert data["layers"] == [] and data["steps"]["count"] == 0
+    assert data["verdict"]["level"] == "unknown"
+    for fmt in ("text", "markdown"):
+        assert "no training or inference loop found" in render_report(data, fmt)
+
+
+def test_text_and_markdown_show_phases_steps_layers_and_verdict():
+    data = report_data(stepped({"fetch": 1, "forward": 3}))
+    text = render_report(data, "text")
+    assert "HIGHLY input-bound" in text and "Net.fc (Linear)" in text and "4 steps (marks:step)" in text
+    md = render_report(data, "markdown")
+    assert "| data | 4.000 s | 25.0% | 25.0% |" in md and "**Verdict: HIGHLY input-bound" in md
+
+
+def test_report_command_json_and_user_phase_rule(tmp_path):
+    path = str(tmp_path / "p.flameprof")
+    storage.save(stepped({"plain": 1, "forward": 3}), path)
+    proc = run_flameprof("report", path, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["phases"]["data"]["percent"] == 0.0
+    proc = run_flameprof("report", path, "--format", "json", "--phase", "data=app.py:work")
+    assert json.loads(proc.stdout)["phases"]["data"]["fetch"]["percent"] == 25.0
+
+
+def test_report_command_malformed_phase_rule_is_one_error_line(tmp_path):
+    path = str(tmp_path / "p.flameprof")
+    storage.save(stepped({"plain": 1}), path)
+    proc = run_flameprof("report", path, "--phase", "warmup=*.py:x")
+    assert_one_error_line(proc, "bad --phase rule", "warmup")
+    assert proc.returncode == 2
