@@ -23,6 +23,7 @@ class OutputOptions:
     title: str | None = None
     minwidth: float = 0.1       # pixels, as flamegraph.pl's --minwidth
     icicle: bool = False
+    formats: tuple[str, ...] = ()  # extra exports (render/exports.py): speedscope, chrome, pprof, html
 
 
 def prepare_output_dir(path: str) -> str:
@@ -40,11 +41,16 @@ def prepare_output_dir(path: str) -> str:
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file, so a reader never sees half of it."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -73,4 +79,8 @@ def write_outputs(profile: "Profile", outdir: str, options: OutputOptions) -> li
     write_text(path, render_svg(profile, mode=options.mode, view=options.view, title=options.title,
                                 minwidth=options.minwidth, icicle=options.icicle))
     paths.append(path)
+    if options.formats:
+        from .render.exports import write_exports
+
+        paths += write_exports(profile, os.path.join(outdir, "profile"), options)
     return paths

@@ -20,6 +20,17 @@ def positive_rate(text: str) -> float:
     return value
 
 
+def export_formats(text: str) -> tuple[str, ...]:
+    from ..render.exports import FORMATS
+
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown export format {', '.join(unknown) or repr(text)} "
+                                         f"(expected a comma-separated list of {', '.join(FORMATS)})")
+    return names
+
+
 def add_render_options(parser: argparse.ArgumentParser) -> None:
     """How profiles are shown: weight, folded counts, flame graph look."""
     parser.add_argument("--mode", choices=("wall", "cpu"), default="wall",
@@ -30,10 +41,12 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minwidth", type=float, default=0.1, metavar="PX",
                         help="omit frames narrower than PX pixels (default: 0.1)")
     parser.add_argument("--icicle", action="store_true", help="draw the flame graph top-down")
+    parser.add_argument("--format", dest="formats", type=export_formats, default=(), metavar="LIST",
+                        help="also write these exports, comma-separated: speedscope, chrome, pprof, html")
 
 
 def output_options(args: argparse.Namespace) -> "OutputOptions":
     from ..outputs import OutputOptions
 
     return OutputOptions(mode=args.mode, count=args.count, view=getattr(args, "view", "code"), title=args.title,
-                         minwidth=args.minwidth, icicle=args.icicle)
+                         minwidth=args.minwidth, icicle=args.icicle, formats=args.formats)
