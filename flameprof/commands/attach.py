@@ -1,0 +1,81 @@
+"""``flameprof attach PID``: profile a running Python process without restarting it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import FlameprofError
+from .options import add_render_options, output_options, positive_rate
+
+BACKENDS = ("inject", "py-spy")
+
+
+def positive_duration(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if not 0 < value < 10 ** 7:
+        raise argparse.ArgumentTypeError(f"duration must be a positive number of seconds, not {text}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attach", help="profile a running Python process",
+                       description="Profile a running CPython 3.10-3.13 process for --duration seconds (or until "
+                                   "Ctrl-C) and write the same outputs as flameprof run. The process keeps running.",
+                       usage="flameprof attach [options] PID")
+    p.add_argument("pid", type=int, metavar="PID", help="the process to profile")
+    p.add_argument("--duration", type=positive_duration, metavar="S",
+                   help="seconds to profile (default: until Ctrl-C)")
+    p.add_argument("--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)")
+    p.add_argument("-o", "--output", default="flameprof-out", metavar="DIR",
+                   help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)")
+    p.add_argument("--backend", choices=BACKENDS, default="inject",
+                   help="inject: run flameprof's sampler inside the process through gdb (layers, phases, CPU "
+                        "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
+                        "when injection is impossible)")
+    p.add_argument("--subprocesses", action="store_true",
+                   help="also profile the process's child processes (DataLoader workers); uses py-spy")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    add_render_options(p)
+    p.set_defaults(func=attach)
+
+
+def _note(text: str) -> None:
+    print(f"flameprof: {text}", file=sys.stderr)
+
+
+def attach(args: argparse.Namespace) -> int:
+    from ..collect import target_process
+    from ..outputs import prepare_output_dir
+
+    target = target_process.inspect(args.pid)
+    outdir = prepare_output_dir(args.output)
+    options = output_options(args)
+    profile = None
+    backend = args.backend
+    if backend == "inject" and args.subprocesses:
+        backend = "py-spy"
+        _note("--subprocesses samples the child processes with py-spy")
+    if backend == "inject":
+        from ..collect import attach as inject
+
+        try:
+            profile = inject.record(target, args.duration, args.rate, args.mode, _note)
+        except inject.InjectUnavailable as exc:
+            _note(f"cannot inject into process {target.pid} ({exc}); using py-spy instead")
+    if profile is None:
+        from ..collect import pyspy_backend
+
+        profile = pyspy_backend.record(target, args.duration, args.rate, args.subprocesses, _note)
+    if not profile.num_samples:
+        raise FlameprofError(f"no samples were taken from process {target.pid}")
+    from ..outputs import write_outputs
+    from ..render.summary import format_summary
+
+    paths = write_outputs(profile, outdir, options)
+    if not args.quiet:
+        sys.stderr.write(format_summary(profile, paths, options.mode))
+    return 0

@@ -1,0 +1,263 @@
+"""flameprof attach: real target processes, attached with gdb injection and with py-spy."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
+from flameprof import storage
+from flameprof.collect.attach import bootstrap_source
+from flameprof.collect.target_process import ptrace_denial, python_version
+
+# Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change.
+TARGET = r'''
+import os, signal, sys, threading, time
+
+def spin_here():
+    total = 0
+    for i in range(20000):
+        total += i * i
+    return total
+
+def state(*_):
+    names = sorted(t.name for t in threading.enumerate())
+    handlers = [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)]
+    print("state", names, handlers, sorted(globals()), sys.path[:3], flush=True)
+
+signal.signal(signal.SIGUSR1, state)
+worker = threading.Thread(target=lambda: time.sleep(3600), name="worker", daemon=True)
+worker.start()
+print("ready", flush=True)
+end = time.time() + float(sys.argv[1])
+n = 0
+while time.time() < end:
+    spin_here()
+    n += 1
+    if n % 50 == 0:
+        print("tick", n // 50, flush=True)
+    time.sleep(0.001)
+print("done", flush=True)
+'''
+
+
+class Target:
+    """A Python process running TARGET whose output lines are collected."""
+
+    def __init__(self, tmp_path, seconds: float = 60.0, python: str = sys.executable) -> None:
+        script = tmp_path / "target.py"
+        script.write_text(TARGET)
+        self.stdout = open(tmp_path / "target.out", "w+")
+        self.stderr = open(tmp_path / "target.err", "w+")
+        self.proc = subprocess.Popen([python, str(script), str(seconds)], stdout=self.stdout, stderr=self.stderr,
+                                     cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        self.wait_for("ready")
+
+    @property
+    def pid(self) -> str:
+        return str(self.proc.pid)
+
+    def lines(self) -> list[str]:
+        self.stdout.seek(0)
+        return self.stdout.read().splitlines()
+
+    def wait_for(self, prefix: str, count: int = 1, timeout: float = 20.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in self.lines() if line.startswith(prefix)]
+            if len(found) >= count:
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"target never printed {prefix!r}: {self.lines()[-5:]}")
+
+    def state(self, count: int) -> str:
+        self.proc.send_signal(signal.SIGUSR1)
+        return self.wait_for("state", count)[-1]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.stdout.close()
+        self.stderr.close()
+
+
+@pytest.fixture
+def target(tmp_path):
+    t = Target(tmp_path)
+    yield t
+    t.close()
+
+
+def functions(profile) -> set[str]:
+    return {f.name for f in profile.frames}
+
+
+def channels() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "flameprof-attach-*")))
+
+
+def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_path):
+    before = target.state(1)
+    channels_before = channels()
+    for round_ in (1, 2):  # attaching twice in a row works
+        out = tmp_path / f"out{round_}"
+        proc = run_flameprof("attach", target.pid, "--duration", "1", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "using py-spy" not in proc.stderr
+        for name in ("profile.flameprof", "profile.folded", "profile.svg"):
+            assert (out / name).stat().st_size > 0
+        profile = storage.load(out / "profile.flameprof")
+        assert profile.meta["backend"] == "inject"
+        assert profile.meta["pid"] == target.proc.pid
+        assert "spin_here" in functions(profile)
+        assert "spin_here" in (out / "profile.folded").read_text()
+        assert "spin_here" in proc.stderr  # the summary's top functions
+        thread_names = {t.name for t in profile.threads}
+        assert "MainThread" in thread_names and "worker" in thread_names
+        assert not any(name.startswith("flameprof") for name in thread_names)
+        assert 0.8 < profile.duration < 5
+        assert target.proc.poll() is None
+    ticks = len(target.wait_for("tick"))
+    target.wait_for("tick", ticks + 2)  # still running
+    assert target.state(2) == before  # threads, signal handlers, __main__ globals, sys.path
+    lines = [line for line in target.lines() if line.startswith("tick")]
+    assert lines == [f"tick {i}" for i in range(1, len(lines) + 1)]
+    assert all(line.startswith(("ready", "tick", "state")) for line in target.lines())
+    target.stderr.seek(0)
+    assert target.stderr.read() == ""
+    assert channels() <= channels_before  # the private channel is removed
+
+
+def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(flameprof_cmd("attach", target.pid, "-q", "-o", str(out)), stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert "until Ctrl-C" in proc.stderr.readline()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    profile = storage.load(out / "profile.flameprof")
+    assert "spin_here" in functions(profile)
+    assert target.proc.poll() is None
+
+
+def test_target_exiting_during_attach_keeps_the_samples_so_far(tmp_path):
+    t = Target(tmp_path, seconds=2.5)
+    try:
+        start = time.monotonic()
+        proc = run_flameprof("attach", t.pid, "--duration", "30", "-q", "-o", str(tmp_path / "out"))
+        assert time.monotonic() - start < 20
+        assert proc.returncode == 0, proc.stderr
+        assert "exited during the attach" in proc.stderr
+        profile = storage.load(tmp_path / "out" / "profile.flameprof")
+        assert "spin_here" in functions(profile)
+        assert t.lines()[-1] == "done"
+        assert t.proc.wait(timeout=10) == 0
+    finally:
+        t.close()
+
+
+@pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
+def test_pyspy_backend(target, tmp_path):
+    out = tmp_path / "out"
+    proc = run_flameprof("attach", target.pid, "--backend", "py-spy", "--duration", "1", "-q", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    profile = storage.load(out / "profile.flameprof")
+    assert profile.meta["backend"] == "py-spy"
+    assert "spin_here" in functions(profile)
+    spin = [i for i, f in enumerate(profile.frames) if f.name == "spin_here"]
+    assert profile.frames[spin[0]].file.endswith("target.py")
+    assert target.proc.poll() is None
+
+
+def test_target_without_numpy_falls_back_to_pyspy(tmp_path):
+    python = os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python3.12")
+    if not os.path.exists(python):
+        pytest.skip("no Python 3.12 in ~/.pyenv")
+    if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
+        pytest.skip("this Python 3.12 has numpy")
+    t = Target(tmp_path, python=python)
+    try:
+        before = t.state(1)
+        proc = run_flameprof("attach", t.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stderr
+        assert "cannot import numpy" in proc.stderr and "using py-spy instead" in proc.stderr
+        profile = storage.load(tmp_path / "out" / "profile.flameprof")
+        assert profile.meta["backend"] == "py-spy" and "spin_here" in functions(profile)
+        assert t.state(2) == before
+        t.stderr.seek(0)
+        assert t.stderr.read() == ""
+    finally:
+        t.close()
+
+
+def test_no_such_process(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    assert_one_error_line(run_flameprof("attach", str(gone.pid), "--duration", "1", "-o", str(tmp_path)),
+                          "no such process", str(gone.pid))
+
+
+def assert_attach_refused(tmp_path, argv: list[str], *needles: str) -> None:
+    """Attaching to a process running ``argv`` fails with one error line containing ``needles``."""
+    other = subprocess.Popen(argv)
+    try:
+        assert_one_error_line(run_flameprof("attach", str(other.pid), "--duration", "1", "-o", str(tmp_path)),
+                              *needles)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_not_a_python_process(tmp_path):
+    assert_attach_refused(tmp_path, ["sleep", "30"], "not a Python process", "sleep")
+
+
+def test_unsupported_python_version(tmp_path):
+    python = os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python3.9")
+    if not os.path.exists(python):
+        pytest.skip("no Python 3.9 in ~/.pyenv")
+    assert_attach_refused(tmp_path, [python, "-c", "import time; time.sleep(30)"], "Python 3.9", "3.10 to 3.13")
+
+
+def test_python_version_from_exe_or_maps():
+    assert python_version("/usr/bin/python3.12", "") == (3, 12)
+    maps = "7f00-7f01 r-xp 0 08:01 1 /opt/py/lib/libpython3.10.so.1.0\n"
+    assert python_version("/opt/app/uwsgi", maps) == (3, 10)
+    assert python_version("/venv/bin/python", "7f-7f r--p 0 0 0 /usr/lib/python3.13/lib-dynload/_json.so") == (3, 13)
+    assert python_version("/bin/sleep", "7f-7f r-xp 0 0 0 /lib/libc.so.6") is None
+
+
+def test_permission_diagnosis_names_cause_and_fix():
+    full = 1 << 19  # CAP_SYS_PTRACE
+    assert ptrace_denial(5, 1000, euid=1000, caps=0, scope=0) is None
+    assert ptrace_denial(5, 1000, euid=0, caps=full, scope=1) is None
+    other = ptrace_denial(5, 1001, euid=1000, caps=0, scope=0)
+    assert "another user (uid 1001)" in other and "sudo" in other
+    yama1 = ptrace_denial(5, 1000, euid=1000, caps=0, scope=1, descendant=False)
+    assert "kernel.yama.ptrace_scope = 1" in yama1 and "sysctl kernel.yama.ptrace_scope=0" in yama1
+    assert ptrace_denial(5, 1000, euid=1000, caps=0, scope=1, descendant=True) is None
+    assert "root" in ptrace_denial(5, 1000, euid=1000, caps=0, scope=2)
+    assert "disabled" in ptrace_denial(5, 1000, euid=0, caps=full, scope=3)
+
+
+def test_bootstrap_cannot_be_hijacked_by_a_path():
+    evil = "/tmp/x'\n__import__('os').system('touch /tmp/pwned')#\"\\"
+    outer = ast.parse(bootstrap_source(evil, "/pkg'\n).system(").decode())
+    assert len(outer.body) == 1 and isinstance(outer.body[0], ast.Try)
+    strings = [n.value for n in ast.walk(outer) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    body = ast.parse(next(s for s in strings if "serve(" in s))
+    calls = {n.func.id: n.args for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert [a.value for a in calls["serve"]] == [evil]
+    assert "system" not in {n.attr for n in ast.walk(body) if isinstance(n, ast.Attribute)}
