@@ -25,7 +25,7 @@ import os, signal, sys, threading, time
 
 def spin_here():
     total = 0
-    for i in range(20000):
+    for i in range(300000):  # longer than the GIL switch interval, so samplers see it
         total += i * i
     return total
 
@@ -43,8 +43,8 @@ n = 0
 while time.time() < end:
     spin_here()
     n += 1
-    if n % 50 == 0:
-        print("tick", n // 50, flush=True)
+    if n % 5 == 0:
+        print("tick", n // 5, flush=True)
     time.sleep(0.001)
 print("done", flush=True)
 '''
@@ -153,7 +153,7 @@ def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
 
 
 def test_target_exiting_during_attach_keeps_the_samples_so_far(tmp_path):
-    t = Target(tmp_path, seconds=2.5)
+    t = Target(tmp_path, seconds=6)
     try:
         start = time.monotonic()
         proc = run_flameprof("attach", t.pid, "--duration", "30", "-q", "-o", str(tmp_path / "out"))

@@ -289,6 +289,8 @@ def record(target: TargetProcess, duration: float | None, rate: float, mode: str
             if started.get("event") == "error":
                 raise InjectUnavailable(str(started.get("message", "the agent failed"))[:300])
             if started.get("event") != "started":
+                if not alive(target.pid):
+                    raise FlameprofError(f"process {target.pid} exited before profiling started")
                 raise FlameprofError(f"the agent in process {target.pid} did not start")
             note(f"profiling process {target.pid} (Python {target.version_text}) "
                  + (f"for {duration:g} s" if duration else "until Ctrl-C"))

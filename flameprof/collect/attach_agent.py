@@ -67,6 +67,10 @@ class _Agent:
             self.send(event="error", message=f"the target's Python {sys.version.split()[0]} cannot import "
                                              f"{exc.name or 'flameprof'}, which the in-process agent needs")
             return
+        try:  # the CPU/RSS counters import psutil at their first tick, which on the C sampler's clock
+            import psutil  # noqa: F401  thread would leave a _DummyThread in threading's table
+        except ImportError:
+            pass
         if not backend.native_available():  # e.g. built for another Python: use the Python sampler quietly,
             backend._warned = True           # since the target's stderr is not flameprof's to write to
         self.profiler = Profiler(rate=float(config.get("rate", 100.0)), mode=str(config.get("mode", "wall")))
