@@ -85,7 +85,7 @@ class TorchHooks:
         hooks[code] = NAMER.hook  # the sampler's table notices the change and forgets cached decisions
 
         def undo() -> None:
-            if hooks.get(code) is NAMER.hook:
+            if hooks.get(code) == NAMER.hook:
                 del hooks[code]
 
         self._undo.append(undo)

@@ -1,0 +1,127 @@
+"""User scopes and step marks: flameprof.scope / scope_start / scope_end / step."""
+
+import threading
+import time
+
+import flameprof
+from flameprof import scopes
+from flameprof.profiler import SESSION, Profiler
+
+
+def stacks_of(profile, thread_name=None):
+    """Sampled stacks as tuples of (kind, name), root first, optionally of one thread."""
+    out = set()
+    for sid, tid in set(zip(profile.sample_stack.tolist(), profile.sample_thread.tolist())):
+        if sid >= 0 and (thread_name is None or profile.threads[tid].name == thread_name):
+            out.add(tuple((profile.frames[f].kind, profile.frames[f].name) for f in profile.stack_frames(sid)))
+    return out
+
+
+def names(stack):
+    return [name for _, name in stack]
+
+
+def at(stack, suffix):
+    """Index of the first frame whose (qualified) name ends with ``suffix``."""
+    return next(i for i, name in enumerate(stack) if name.endswith(suffix))
+
+
+def test_nested_scopes_appear_leafward_of_the_frame_that_entered_them():
+    def outer_fn():
+        with flameprof.scope("outer"):
+            time.sleep(0.03)
+            with flameprof.scope("inner"):
+                time.sleep(0.03)
+
+    with Profiler(rate=1000) as p:
+        outer_fn()
+    stacks = [names(s) for s in stacks_of(p.profile)]
+    nested = [s for s in stacks if "inner" in s]
+    assert nested and all(s[at(s, "outer_fn") + 1:at(s, "outer_fn") + 3] == ["outer", "inner"] for s in nested)
+    assert any(s[-1] == "outer" for s in stacks)  # time.sleep is C code: the scope is the leaf
+    assert all(("scope", "inner") not in s or ("scope", "outer") in s for s in stacks_of(p.profile))
+    assert all(not v for v in SESSION.sampler.scopes.values())  # every scope was closed
+
+
+def test_decorator_puts_the_scope_between_caller_and_function_and_records_its_phase():
+    @flameprof.scope("load batch", phase="data")
+    def load():
+        time.sleep(0.05)
+
+    def caller():
+        load()
+
+    with Profiler(rate=1000) as p:
+        caller()
+    stacks = [names(s) for s in stacks_of(p.profile) if ("scope", "load batch") in s]
+    assert stacks
+    for s in stacks:
+        i = s.index("load batch")
+        assert s[i - 1].endswith("<locals>.caller") and s[i + 1].endswith("<locals>.load")
+    assert p.profile.meta["scope_phases"] == {"load batch": "data"}
+
+
+def test_scope_start_and_end_for_code_that_cannot_use_with():
+    with Profiler(rate=1000) as p:
+        flameprof.scope_start("manual")
+        time.sleep(0.03)
+        flameprof.scope_end()
+        time.sleep(0.03)
+    stacks = [names(s) for s in stacks_of(p.profile)]
+    here = "test_scope_start_and_end_for_code_that_cannot_use_with"
+    assert any(s[-2:] == [here, "manual"] for s in stacks)
+    assert any(s[-1] == here for s in stacks)
+
+
+def test_scopes_are_per_thread():
+    barrier = threading.Barrier(2)
+
+    def worker(label):
+        with flameprof.scope(f"scope-{label}"):
+            barrier.wait()
+            time.sleep(0.08)
+
+    with Profiler(rate=1000) as p:
+        threads = [threading.Thread(target=worker, args=(x,), name=f"worker-{x}") for x in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for me, other in (("a", "b"), ("b", "a")):
+        mine = stacks_of(p.profile, f"worker-{me}")
+        assert any(("scope", f"scope-{me}") in s for s in mine)
+        assert not any(("scope", f"scope-{other}") in s for s in mine)
+
+
+def test_scopes_and_steps_cost_nothing_visible_and_record_nothing_when_not_profiling():
+    assert scopes._SCOPES is None
+    with flameprof.scope("idle"):
+        flameprof.scope_start("idle2")
+        flameprof.scope_end()
+        flameprof.step()
+    with Profiler(rate=1000) as p:
+        time.sleep(0.01)
+    assert p.profile.marks == [] and "idle" not in {f.name for f in p.profile.frames}
+
+
+def test_scope_entered_before_profiling_started_is_not_popped_by_mistake():
+    s = flameprof.scope("early")
+    s.__enter__()
+    with Profiler(rate=1000) as p:
+        with flameprof.scope("late"):
+            s.__exit__(None, None, None)  # exits a scope that was never pushed
+            time.sleep(0.03)
+    assert any(("scope", "late") in st for st in stacks_of(p.profile))
+
+
+def test_step_marks_count_the_loop_iterations_on_the_sampler_time_base():
+    with Profiler(rate=1000) as p:
+        for _ in range(9):
+            time.sleep(0.005)
+            flameprof.step()
+    marks = [m for m in p.profile.marks if m.name == "step"]
+    assert len(marks) == 9 and all(m.value == "user" for m in marks)
+    times = [m.time for m in marks]
+    assert times == sorted(times)
+    assert p.profile.meta["window_start"] < times[0] and times[-1] - times[0] >= 8 * 0.005
+    assert p.profile.threads[marks[0].thread].name == threading.current_thread().name
