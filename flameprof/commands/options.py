@@ -31,10 +31,11 @@ def export_formats(text: str) -> tuple[str, ...]:
     return names
 
 
-def add_render_options(parser: argparse.ArgumentParser) -> None:
+def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu")) -> None:
     """How profiles are shown: weight, folded counts, flame graph look."""
-    parser.add_argument("--mode", choices=("wall", "cpu"), default="wall",
-                        help="weight shown: wall time (idle time visible) or CPU time (default: wall)")
+    parser.add_argument("--mode", choices=modes, default="wall",
+                        help="weight shown: wall time (idle time visible), CPU time"
+                             + (" or sample counts" if "samples" in modes else "") + " (default: wall)")
     parser.add_argument("--count", choices=("samples", "ms"), default="samples",
                         help="unit of the counts in folded output (default: samples)")
     parser.add_argument("--title", help="flame graph title")

@@ -16,8 +16,8 @@ def folded_lines(profile: Profile, mode: str = "wall", count: str = "samples", v
     """Lines of the folded file, sorted. ``count`` is ``samples`` (sample counts) or ``ms`` (milliseconds of
     ``mode`` weight); counts are integers so every consumer accepts them."""
     labeler = Labeler(profile.meta)
-    if count == "samples":
-        weight_mode = "samples"
+    if count == "samples":   # an imported folded profile's weights are already sample counts
+        weight_mode = "wall" if profile.meta.get("weight_unit", "seconds") == "count" else "samples"
     elif count == "ms":
         weight_mode = mode
     else:

@@ -1,0 +1,55 @@
+"""``flameprof render``: draw a ``.flameprof`` profile or any collapsed-stack file as a flame graph (or
+folded text), so flameprof can stand in for flamegraph.pl in a pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import FlameprofError
+from .options import add_render_options
+
+FOLDED_SUFFIXES = (".folded", ".collapsed")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="draw a profile or folded stacks as an SVG flame graph",
+                       description="Render a .flameprof profile or collapsed stacks (flamegraph.pl's input; '-' reads "
+                                   "stdin) as an interactive SVG flame graph, or as folded text when OUT ends in "
+                                   ".folded or .collapsed.")
+    p.add_argument("input", metavar="INPUT", help="a .flameprof file, a folded-stacks file, or - for stdin")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output file (.svg, .folded; - for stdout)")
+    add_render_options(p, modes=("wall", "cpu", "samples"))
+    p.add_argument("--view", default="code", help="which stacks to show: code (default), layers or phases")
+    p.set_defaults(func=render)
+
+
+def render(args: argparse.Namespace) -> int:
+    from ..analyze.views import VIEWS
+    from ..collect.load import load_input
+    from ..outputs import write_text
+
+    if args.minwidth < 0:
+        raise FlameprofError(f"--minwidth must be 0 or more, not {args.minwidth:g}")
+    if args.view not in VIEWS:
+        raise FlameprofError(f"unknown view {args.view!r} (expected one of {', '.join(VIEWS)})")
+    profile = load_input(args.input, strict=True)
+    if args.output.endswith(FOLDED_SUFFIXES):
+        from ..render.folded import folded_lines
+
+        text = "".join(line + "\n" for line in folded_lines(profile, args.mode, args.count, args.view))
+    else:
+        from ..render.svg import render_svg
+
+        text = render_svg(profile, mode=args.mode, view=args.view, title=args.title, minwidth=args.minwidth,
+                          icicle=args.icicle)
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_text(args.output, text)
+    except OSError as exc:
+        raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"flameprof: wrote {args.output} ({os.path.getsize(args.output) / 1e3:.0f} kB)", file=sys.stderr)
+    return 0

@@ -1,0 +1,338 @@
+"""The interactive flame graph: one self-contained SVG file that also reads well without its script.
+
+Frames are ``<rect>`` elements inside a nested ``<svg>`` whose x axis is in weight units (``UNITS`` for the
+whole profile), so the file carries each frame's position once and a zoom is just a new ``viewBox``.
+The per-frame data the script needs is in short attributes (``n`` the name, ``s`` the sample count);
+the script computes tooltips, labels after a zoom, and search matches from them. No user text is ever
+written inside the script: names only appear XML-escaped in attributes and text nodes.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import zlib
+
+import numpy as np
+
+from ..analyze.tree import CallTree, build_tree
+from ..frames import CATEGORIES, category
+from ..model import Profile
+
+WIDTH = 1200                  # pixels, as flamegraph.pl
+XPAD = 10
+FRAME_H = 16                  # one stack level: a 15 px frame and a 1 px gap
+TOP = 56                      # title, subtitle and buttons
+BOTTOM = 36                   # legend and search result
+UNITS = 10_000_000            # x units of the whole profile: exact in the float32 geometry of browsers
+CHAR_W = 7                    # average width of a 12 px Verdana character
+SHADES = 4                    # colour variants per kind of code, picked by a hash of the name
+
+# Kind of code -> (class letter, hue, saturation, lightness); "your code" warm, libraries and runtime cooler.
+_KINDS = {
+    "user": ("u", 30, 0.90, 0.60), "library": ("l", 52, 0.80, 0.56), "torch": ("t", 352, 0.70, 0.66),
+    "stdlib": ("s", 205, 0.50, 0.68), "native": ("n", 268, 0.40, 0.72), "scope": ("c", 320, 0.55, 0.76),
+    "layer": ("y", 165, 0.45, 0.58), "process": ("p", 0, 0.0, 0.76), "marker": ("m", 60, 0.10, 0.84),
+}
+_NAMES = {"user": "your code", "library": "library", "torch": "PyTorch", "stdlib": "standard library",
+          "native": "native", "scope": "scope", "layer": "layer", "process": "process/thread", "marker": "marker"}
+
+# XML text and attribute escaping in one pass; characters XML 1.0 forbids become U+FFFD.
+_ESCAPE = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;", ord('"'): "&quot;",
+           ord("\t"): "&#9;", ord("\n"): "&#10;", ord("\r"): "&#13;"}
+_ESCAPE.update({c: "\ufffd" for c in range(0x20) if c not in (9, 10, 13)})
+_ESCAPE.update({c: "\ufffd" for c in range(0xD800, 0xE000)})
+_ESCAPE.update({0xFFFE: "\ufffd", 0xFFFF: "\ufffd"})
+
+
+def escape(text: str) -> str:
+    """``text`` safe inside an XML attribute value or text node."""
+    return text.translate(_ESCAPE)
+
+
+def render_svg(profile: Profile, *, mode: str = "wall", view: str = "code", title: str | None = None,
+               minwidth: float = 0.1, icicle: bool = False) -> str:
+    """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``."""
+    tree = build_tree(profile, mode, view)
+    if title is None:
+        title = "Icicle graph" if icicle else "Flame graph"
+    return tree_svg(tree, title=title, subtitle=_subtitle(tree, mode, view), minwidth=minwidth, icicle=icicle)
+
+
+def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float = 0.1, icicle: bool = False) -> str:
+    """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out."""
+    total = float(tree.total[0])
+    inner = WIDTH - 2 * XPAD
+    if total > 0:
+        tree = tree.prune(max(minwidth, 0.0) / inner * total)
+    start = tree.offsets()
+    scale = UNITS / total if total > 0 else 0.0
+    left = np.rint(start * scale).astype(np.int64)
+    width = np.rint((start + tree.total) * scale).astype(np.int64) - left
+    shown = np.flatnonzero(width > 0) if total > 0 else np.zeros(1, dtype=np.int64)
+    depth = tree.depth[shown]
+    levels = int(depth.max()) + 1
+    frames_h = levels * FRAME_H
+    height = TOP + frames_h + BOTTOM
+    y = depth * FRAME_H if icicle else (levels - 1 - depth) * FRAME_H
+    classes, used = _classes(tree)
+
+    node_class = [classes[f] if f >= 0 else "r" for f in tree.frame[shown].tolist()]
+    label_list = [tree.label(i) for i in shown.tolist()]
+    names = [escape(t) for t in label_list]
+    counted = tree.unit == "count"
+    counts = [_number(v) for v in (tree.total if counted else tree.samples)[shown].tolist()]
+    xs, ws, ys = left[shown].tolist(), width[shown].tolist(), y.tolist()
+    rects = [f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"/>'
+             for x, yy, w, c, n, s in zip(xs, ys, ws, node_class, names, counts)]
+    labels = _labels(xs, ws, ys, label_list)
+
+    config = (f"var UNITS={UNITS},TOTAL={total!r},COUNT={int(counted)},ICICLE={int(icicle)},FX={XPAD},"
+              f"FY={TOP},FW={inner},FH={frames_h},DH={FRAME_H},CW={CHAR_W},WIDTH={WIDTH},HEIGHT={height};")
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n',
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}">\n',
+        "<style>", _css(used), "</style>\n",
+        f'<rect width="{WIDTH}" height="{height}" fill="#f7f7f4"/>\n',
+        f'<text id="title" x="{WIDTH // 2}" y="24" text-anchor="middle">{escape(title)}</text>\n',
+        f'<text id="sub" x="{WIDTH // 2}" y="42" text-anchor="middle">{escape(subtitle)}</text>\n',
+        f'<text id="reset" class="btn" x="{XPAD}" y="24" style="display:none">Reset zoom</text>\n',
+        f'<text id="search" class="btn" x="{WIDTH - XPAD}" y="24" text-anchor="end">Search (Ctrl-F)</text>\n',
+        f'<svg id="f" x="{XPAD}" y="{TOP}" width="{inner}" height="{frames_h}" '
+        f'viewBox="0 0 {UNITS} {frames_h}" preserveAspectRatio="none">\n',
+        "\n".join(rects), "\n</svg>\n",
+        '<g id="l">', "".join(labels), "</g>\n",
+        _legend(used, TOP + frames_h + 22),
+        f'<text id="matched" x="{WIDTH - XPAD}" y="{TOP + frames_h + 22}" text-anchor="end"> </text>\n',
+        '<g id="tip" visibility="hidden"><rect rx="3" ry="3"/><text><tspan id="t1" x="0" dy="0"/>'
+        '<tspan id="t2" x="0" dy="15"/><tspan id="t3" x="0" dy="15"/></text></g>\n',
+        "<script><![CDATA[\n", config, _SCRIPT, "]]></script>\n",
+        "</svg>\n",
+    ]
+    return "".join(parts)
+
+
+def _subtitle(tree: CallTree, mode: str, view: str) -> str:
+    total = float(tree.total[0])
+    if tree.unit == "count":
+        what = f"{_number(total)} samples"
+    else:
+        what = f"{_seconds(total)} of {mode} time, {_number(float(tree.samples[0]))} samples"
+    return what if view == "code" else f"{what}, {view} view"
+
+
+def _seconds(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:.6g}"
+
+
+def _classes(tree: CallTree) -> tuple[list[str], list[str]]:
+    """CSS class of each display frame (kind letter + shade) and the kinds present, in legend order."""
+    classes, present = [], set()
+    for frame, label in zip(tree.frames, tree.labels):
+        kind = category(frame)
+        kind = kind if kind in _KINDS else "marker"
+        present.add(kind)
+        classes.append(f"{_KINDS[kind][0]}{zlib.crc32(label.encode('utf-8', 'replace')) % SHADES}")
+    return classes, [k for k in CATEGORIES if k in present]
+
+
+def _css(used: list[str]) -> str:
+    rules = ["text{font-family:Verdana,sans-serif;font-size:12px;fill:#000}#title{font-size:17px}#sub{fill:#666}",
+             ".btn{cursor:pointer;fill:#36c}#l,#tip{pointer-events:none}",
+             "#f rect{stroke:#fff;stroke-width:.5px;vector-effect:non-scaling-stroke;cursor:pointer}",
+             "#f rect:hover{stroke:#000;stroke-width:1px}#f .an{opacity:.55}#f .hl{fill:#e03ce0}",
+             "#tip rect{fill:#fffff0;stroke:#888}.r{fill:#c8c8c8}"]
+    for kind in used:
+        letter, hue, sat, light = _KINDS[kind]
+        for shade in range(SHADES):
+            r, g, b = colorsys.hls_to_rgb(hue / 360, light + (shade - 1.5) * 0.035, sat)
+            rules.append(f".{letter}{shade}{{fill:#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}}}")
+    return "".join(rules)
+
+
+def _legend(used: list[str], y: int) -> str:
+    out, x = ['<g id="legend">'], XPAD
+    for kind in used:
+        name = _NAMES[kind]
+        out.append(f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{_KINDS[kind][0]}1"/>'
+                   f'<text x="{x + 14}" y="{y}">{name}</text>')
+        x += 14 + CHAR_W * len(name) + 16
+    out.append("</g>\n")
+    return "".join(out)
+
+
+def _labels(xs: list[int], ws: list[int], ys: list[int], names: list[str]) -> list[str]:
+    """Frame names drawn where they fit (the script redraws them after a zoom with the same rule)."""
+    out = []
+    per_unit = (WIDTH - 2 * XPAD) / UNITS
+    min_units = (3 * CHAR_W + 6) / per_unit
+    for x, w, y, name in zip(xs, ws, ys, names):
+        if w < min_units:
+            continue
+        fit = int((w * per_unit - 6) // CHAR_W)
+        text = name if len(name) <= fit else name[:fit - 2] + ".."
+        out.append(f'<text x="{XPAD + x * per_unit + 3:.1f}" y="{TOP + y + 11.5}">{escape(text)}</text>')
+    return out
+
+
+# The script: zoom by viewBox, labels, tooltip, search. Reads only numbers from the config line above it.
+_SCRIPT = r"""
+(function () {
+  var NS = "http://www.w3.org/2000/svg", doc = document;
+  var F = doc.getElementById("f"), L = doc.getElementById("l"), tip = doc.getElementById("tip");
+  var resetBtn = doc.getElementById("reset"), searchBtn = doc.getElementById("search");
+  var matched = doc.getElementById("matched"), root = doc.documentElement;
+  var KINDS = {u: "your code", l: "library", t: "PyTorch", s: "standard library", n: "native", c: "scope",
+               y: "layer", p: "process/thread", m: "marker", r: "all samples"};
+  var R = F.getElementsByTagName("rect"), n = R.length;
+  var X = new Float64Array(n), W = new Float64Array(n), Y = new Float64Array(n), D = new Int32Array(n), N = [];
+  for (var i = 0; i < n; i++) {
+    var r = R[i];
+    r.idx = i;
+    X[i] = +r.getAttribute("x"); W[i] = +r.getAttribute("width"); Y[i] = +r.getAttribute("y");
+    D[i] = ICICLE ? Y[i] / DH : (FH - DH - Y[i]) / DH;
+    N.push(r.getAttribute("n"));
+  }
+  var X0 = 0, XW = UNITS, term = "";
+
+  function labels() {
+    var frag = doc.createDocumentFragment(), k = FW / XW;
+    for (var i = 0; i < n; i++) {
+      var lo = Math.max(X[i], X0), hi = Math.min(X[i] + W[i], X0 + XW), px = (hi - lo) * k;
+      if (px < 3 * CW + 6) continue;
+      var fit = Math.floor((px - 6) / CW), name = N[i];
+      if (name.length > fit) name = name.slice(0, fit - 2) + "..";
+      var t = doc.createElementNS(NS, "text");
+      t.setAttribute("x", (FX + (lo - X0) * k + 3).toFixed(1));
+      t.setAttribute("y", FY + Y[i] + 11.5);
+      t.textContent = name;
+      frag.appendChild(t);
+    }
+    while (L.firstChild) L.removeChild(L.firstChild);
+    L.appendChild(frag);
+  }
+
+  function zoom(i) {
+    X0 = X[i]; XW = W[i];
+    F.setAttribute("viewBox", X0 + " 0 " + XW + " " + FH);
+    for (var j = 0; j < n; j++) {
+      var above = D[j] < D[i] && X[j] <= X0 && X[j] + W[j] >= X0 + XW;
+      if (above) R[j].classList.add("an"); else R[j].classList.remove("an");
+    }
+    resetBtn.style.display = "";
+    labels();
+  }
+
+  function reset() {
+    X0 = 0; XW = UNITS;
+    F.setAttribute("viewBox", "0 0 " + UNITS + " " + FH);
+    for (var j = 0; j < n; j++) R[j].classList.remove("an");
+    resetBtn.style.display = "none";
+    labels();
+  }
+
+  function clearSearch() {
+    for (var j = 0; j < n; j++) R[j].classList.remove("hl");
+    term = "";
+    matched.textContent = " ";
+    searchBtn.textContent = "Search (Ctrl-F)";
+  }
+
+  function search(text) {
+    var re;
+    try { re = new RegExp(text); } catch (e) { matched.textContent = "Invalid regular expression"; return -1; }
+    var hits = [];
+    for (var j = 0; j < n; j++) {
+      var hit = D[j] > 0 && re.test(N[j]);
+      if (hit) { R[j].classList.add("hl"); hits.push(j); } else R[j].classList.remove("hl");
+    }
+    // A match inside a matched frame is already counted: sum only the outermost matches.
+    hits.sort(function (a, b) { return X[a] - X[b] || W[b] - W[a]; });
+    var sum = 0, end = -1;
+    for (var h = 0; h < hits.length; h++) {
+      var j2 = hits[h];
+      if (X[j2] >= end) { sum += W[j2]; end = X[j2] + W[j2]; }
+    }
+    var pct = 100 * sum / UNITS;
+    term = text;
+    matched.textContent = "Matched: " + (pct === 100 ? "100" : pct.toFixed(1)) + "%";
+    searchBtn.textContent = "Reset search";
+    return pct;
+  }
+
+  function askSearch() {
+    var text = prompt("Search frames (regular expression)", term);
+    if (text === null) return;
+    if (text === "") clearSearch(); else search(text);
+  }
+
+  function seconds(v) {
+    if (v >= 100) return v.toFixed(0) + " s";
+    if (v >= 1) return v.toPrecision(3) + " s";
+    if (v >= 1e-3) return (v * 1e3).toPrecision(3) + " ms";
+    return (v * 1e6).toPrecision(3) + " \u00b5s";
+  }
+
+  function count(v) {
+    return Number.isInteger(v) ? v.toLocaleString("en-US") : v.toPrecision(4);
+  }
+
+  function describe(i) {
+    var share = W[i] / UNITS, pct = (100 * share).toFixed(2) + "%", s = +R[i].getAttribute("s");
+    var value = COUNT ? count(s) + " samples (" + pct + ")"
+                      : seconds(share * TOTAL) + " (" + pct + "), " + count(s) + " samples";
+    var kind = R[i].getAttribute("class").charAt(0);
+    return [N[i], value, KINDS[kind] || ""];
+  }
+
+  function showTip(i, evt) {
+    var lines = describe(i);
+    doc.getElementById("t1").textContent = lines[0].length > 120 ? lines[0].slice(0, 118) + ".." : lines[0];
+    doc.getElementById("t2").textContent = lines[1];
+    doc.getElementById("t3").textContent = lines[2];
+    var p = root.createSVGPoint();
+    p.x = evt.clientX; p.y = evt.clientY;
+    p = p.matrixTransform(root.getScreenCTM().inverse());
+    var text = tip.lastChild, box = text.getBBox(), w = box.width + 12, h = box.height + 8;
+    var x = p.x + 14 + w > WIDTH ? p.x - w - 8 : p.x + 14, y = p.y + 18 + h > HEIGHT ? p.y - h - 8 : p.y + 18;
+    var rect = tip.firstChild;
+    rect.setAttribute("width", w); rect.setAttribute("height", h);
+    rect.setAttribute("x", -6); rect.setAttribute("y", box.y - 4);
+    tip.setAttribute("transform", "translate(" + Math.max(0, x + 6) + "," + Math.max(12, y - box.y) + ")");
+    tip.setAttribute("visibility", "visible");
+  }
+
+  F.addEventListener("mousemove", function (e) {
+    if (e.target.idx !== undefined) showTip(e.target.idx, e);
+  });
+  F.addEventListener("mouseleave", function () { tip.setAttribute("visibility", "hidden"); });
+  F.addEventListener("click", function (e) {
+    var i = e.target.idx;
+    if (i === undefined) return;
+    if (D[i] === 0) reset(); else zoom(i);
+  });
+  resetBtn.addEventListener("click", reset);
+  searchBtn.addEventListener("click", function () { if (term) clearSearch(); else askSearch(); });
+  doc.addEventListener("keydown", function (e) {
+    if (((e.ctrlKey || e.metaKey) && (e.key === "f" || e.key === "F")) || e.key === "F3") {
+      e.preventDefault();
+      askSearch();
+    } else if (e.key === "Escape") {
+      reset();
+      clearSearch();
+    }
+  });
+  window.flamegraph = {zoom: zoom, reset: reset, search: search, clearSearch: clearSearch, describe: describe,
+                       frames: R};
+})();
+"""
