@@ -181,6 +181,30 @@ def test_pyspy_backend(target, tmp_path):
     assert target.proc.poll() is None
 
 
+def test_subprocesses_covers_the_children(tmp_path):
+    (tmp_path / "child.py").write_text("import time\ndef child_spin():\n    while True:\n        sum(range(10000))\n"
+                                       "child_spin()\n")
+    (tmp_path / "parent.py").write_text("import subprocess, sys, time\n"
+                                        "child = subprocess.Popen([sys.executable, 'child.py'])\n"
+                                        "print(child.pid, flush=True)\n"
+                                        "time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "parent.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    try:
+        out = tmp_path / "out"
+        proc = run_flameprof("attach", str(parent.pid), "--subprocesses", "--duration", "1", "-q", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        profile = storage.load(out / "profile.flameprof")
+        assert "child_spin" in functions(profile)
+        assert {p.pid for p in profile.processes} > {parent.pid}
+        child_threads = {profile.threads[i].pid for i in set(profile.sample_thread.tolist())}
+        assert len(child_threads) == 2
+    finally:
+        os.kill(child, signal.SIGKILL)
+        parent.kill()
+        parent.wait()
+
+
 def test_target_without_numpy_falls_back_to_pyspy(tmp_path):
     python = os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python3.12")
     if not os.path.exists(python):

@@ -2,18 +2,16 @@
 
 py-spy writes speedscope JSON (``--function``: frames carry the function's first line, as
 flameprof's do; ``--idle``: idle threads are sampled too, so the weights are wall time). Its
-per-thread sample lists are in time order, so each sample gets its time back from the running sum
-of the weights and phases and steps can be found as in an injected profile. py-spy cannot tell CPU
+per-thread sample lists are in time order, so ``pyspy_import`` gives each sample its time back from
+the running sum of the weights, and phases and steps can be found as in an injected profile. py-spy cannot tell CPU
 from wall time, so a sample's CPU time is recorded as its wall time; it cannot see ``nn.Module``
 objects either, so there are no layer frames.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -22,15 +20,12 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
-from ..records import Frame, ProcessInfo, ProfileBuilder
+from ..records import ProcessInfo
+from .pyspy_import import read_speedscope
 from .target_process import TargetProcess, alive, explain_ptrace_failure
 
 if TYPE_CHECKING:
     from ..model import Profile
-
-_PROFILE_NAME = re.compile(r'(?:Process (\d+) )?Thread (\d+)(?: "(.*)")?$')
-_PROCESS_FRAME = re.compile(r'process (\d+):"?(.*?)"?$')
-_THREAD_FRAME = re.compile(r"thread \((?:0x)?[0-9a-fA-F]+\)")
 
 
 def record(target: TargetProcess, duration: float | None, rate: float, subprocesses: bool,
@@ -56,13 +51,13 @@ def record(target: TargetProcess, duration: float | None, rate: float, subproces
         except KeyboardInterrupt:  # py-spy got the same Ctrl-C: it stops and writes what it has
             output, _ = proc.communicate()
         try:
-            with open(out, encoding="utf-8") as fh:
-                doc = json.load(fh)
+            with open(out, "rb") as fh:
+                data = fh.read()
         except FileNotFoundError:
             raise FlameprofError(_failure(target, output)) from None
-        except (OSError, ValueError) as exc:
-            raise FlameprofError(f"could not read py-spy's output: {exc}") from None
-    return from_speedscope(doc, target, rate, start)
+        except OSError as exc:
+            raise FlameprofError(f"could not read py-spy's output: {exc.strerror or exc}") from None
+    return from_speedscope(data, target, rate, start)
 
 
 def _failure(target: TargetProcess, output: str) -> str:
@@ -74,49 +69,27 @@ def _failure(target: TargetProcess, output: str) -> str:
     return f"py-spy failed: {last[0][:200]}"
 
 
-def from_speedscope(doc: dict, target: TargetProcess, rate: float, start_time: float) -> "Profile":
-    """A Profile from py-spy's speedscope JSON: one thread per speedscope profile, samples in order."""
-    try:
-        shared = doc["shared"]["frames"]
-        profiles = doc["profiles"]
-    except (KeyError, TypeError):
-        raise FlameprofError("py-spy wrote an unexpected speedscope file (no shared frames or profiles)") from None
+def from_speedscope(data: bytes, target: TargetProcess, rate: float, start_time: float) -> "Profile":
+    """A Profile from py-spy's speedscope output, described as an attach of ``target``.
+
+    Without ``--subprocesses`` py-spy names no process, so those threads are the target's.
+    """
+    from dataclasses import replace
+
+    profile = read_speedscope(data, "py-spy output", strict=False)
+    profile.threads = [t if t.pid else replace(t, pid=target.pid) for t in profile.threads]
     host = socket.gethostname()
-    builder = ProfileBuilder({"collector": "attach", "backend": "py-spy", "sampler": "py-spy", "rate": rate,
-                              "start_time": start_time, "pid": target.pid, "python": target.version_text,
-                              "cwd": _proc_cwd(target.pid), "argv": _proc_argv(target.pid),
-                              "host": host, "cpu_time": "same as wall (py-spy)"})
-    frame_ids: list[int | None] = []
-    commands: dict[int, str] = {target.pid: " ".join(builder.meta["argv"])}
-    for f in shared:
-        name, file, line = str(f.get("name", "?")), str(f.get("file") or ""), int(f.get("line") or 0)
-        process = _PROCESS_FRAME.match(name) if not file else None
-        if process:
-            commands[int(process.group(1))] = process.group(2)
-        if not file and (process or _THREAD_FRAME.match(name)):
-            frame_ids.append(None)  # py-spy's synthetic root frames: kept as the sample's process and thread
-        else:
-            frame_ids.append(builder.frame(Frame(name, file, line, "python")))
-    end = 0.0
-    for prof in profiles:
-        m = _PROFILE_NAME.match(str(prof.get("name", "")))
-        pid = int(m.group(1)) if m and m.group(1) else target.pid
-        thread = builder.thread_id(pid, int(m.group(2)) if m else 0, (m.group(3) or "") if m else "")
-        t = float(prof.get("startValue") or 0.0)
-        for stack, weight in zip(prof.get("samples", ()), prof.get("weights", ())):
-            weight = float(weight)
-            t += weight
-            try:
-                sid = builder.stack_id([frame_ids[i] for i in stack if frame_ids[i] is not None])
-            except (IndexError, TypeError):
-                raise FlameprofError("py-spy wrote a sample that refers to an unknown frame") from None
-            builder.add_sample(t, thread, sid, weight, weight)
-        end = max(end, t)
-    for pid in sorted({t.pid for t in builder.threads} | {target.pid}):
-        role = "main" if pid == target.pid else "child"
-        builder.process(ProcessInfo(pid, role, host, commands.get(pid, ""), target.pid if role == "child" else 0))
-    builder.meta["duration"] = end
-    return builder.build()
+    argv = _proc_argv(target.pid)
+    processes = {p.pid: p for p in profile.processes}
+    main = processes.get(target.pid, ProcessInfo(target.pid, "main", cmdline=" ".join(argv)))
+    processes[target.pid] = replace(main, host=host)
+    profile.processes = [replace(p, host=host) for p in processes.values()]
+    end = profile.sample_time + profile.sample_wall
+    profile.meta.update(collector="attach", backend="py-spy", sampler="py-spy", rate=rate, start_time=start_time,
+                        duration=float(end.max()) if profile.num_samples else 0.0, pid=target.pid, host=host,
+                        python=target.version_text, cwd=_proc_cwd(target.pid), argv=argv,
+                        cpu_time="same as wall (py-spy)")
+    return profile
 
 
 def _proc_cwd(pid: int) -> str:
