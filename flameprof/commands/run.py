@@ -1,8 +1,11 @@
-"""``flameprof run``: profile a script or module from start to end, in this interpreter.
+"""``flameprof run``: profile a script or module from start to end, in this interpreter, or any
+command (``flameprof run -- torchrun ...``) as a child process.
 
 The target keeps its own output, exit code and signals. The profile is written from an atexit
 handler registered before the target runs (so it runs last, after the target's own handlers and
-after non-daemon threads end), and directly before re-raising a fatal signal.
+after non-daemon threads end), and directly before re-raising a fatal signal. Unless
+``--no-subprocesses``, every Python process the target starts is profiled too (collect/tree.py)
+and merged into the one profile.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ from .options import add_render_options, output_options, positive_rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="profile a Python script or module",
-                       description="Run a script (or -m module) exactly as python would, sampling every thread.",
-                       usage="flameprof run [options] (script.py | -m module) [args ...]")
+    p = sub.add_parser("run", help="profile a Python script or module, or any command, with its subprocesses",
+                       description="Run a script (or -m module) exactly as python would, sampling every thread; "
+                                   "or, after --, any command. Python subprocesses are profiled too.",
+                       usage="flameprof run [options] (script.py | -m module) [args ...]\n"
+                             "       flameprof run [options] -- command [args ...]")
     p.add_argument("-o", "--output", default="flameprof-out", metavar="DIR",
                    help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)")
     p.add_argument("--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)")
     p.add_argument("-m", dest="module", action="store_true", help="run a library module as a script, like python -m")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
+                   help="profile only the first Python process, not the ones it starts "
+                        "(DataLoader workers, multiprocessing, subprocesses, ranks)")
     add_render_options(p)
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py | module", help="what to run, then its arguments")
     p.set_defaults(func=run)
@@ -40,12 +48,55 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated()
 
 
+def _default_sigterm_in_child() -> None:
+    """A forked child of the target must not inherit the handler that saves the target's profile."""
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _write_profile(profile, outdir: str, options, quiet: bool) -> None:
+    try:
+        from ..outputs import write_outputs
+        from ..render.summary import format_summary
+
+        paths = write_outputs(profile, outdir, options)
+        if not quiet:
+            sys.stderr.write(format_summary(profile, paths, options.mode))
+    except Exception as exc:  # the target's outcome stands; report ours in one line
+        sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
+
+
+def _run_command(argv: list[str], args: argparse.Namespace) -> int:
+    """``flameprof run -- command ...``: the command's Python processes profile themselves into parts."""
+    from ..collect.command import exit_like, run_command
+    from ..collect.tree import ProcessTree, warn
+    from ..outputs import prepare_output_dir
+
+    outdir = prepare_output_dir(args.output)
+    options = output_options(args)
+    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
+    try:
+        pid, returncode = run_command(argv, tree.environment(os.environ))
+    except BaseException:
+        tree.remove()
+        raise
+    profile = tree.collect(main_pid=pid)
+    if profile is None:
+        warn(f"no Python process was profiled ({argv[0]} started none, or only with python -E/-I)")
+    else:
+        _write_profile(profile, outdir, options, args.quiet)
+    return exit_like(returncode)
+
+
 def run(args: argparse.Namespace) -> int:
     rest = list(args.target)
+    command = len(rest) > 1 and rest[0] == "--" and not args.module and not rest[1].endswith(".py")
     if rest and rest[0] == "--":
         rest = rest[1:]
     if not rest:
-        raise FlameprofError("run: nothing to run (give a script, or -m module)")
+        raise FlameprofError("run: nothing to run (give a script, -m module, or -- command)")
+    if command:
+        return _run_command(rest, args)
     target = runner.module_target(rest[0], rest[1:]) if args.module else runner.script_target(rest[0], rest[1:])
     from ..outputs import prepare_output_dir
 
@@ -56,21 +107,26 @@ def run(args: argparse.Namespace) -> int:
 
     profiler = Profiler(outdir, rate=args.rate, mode=args.mode)
     state = {"signal": None, "saved": False}
+    main_pid = os.getpid()
+    tree = None
+    if args.subprocesses:
+        from ..collect.tree import ProcessTree
+
+        tree = ProcessTree(outdir, args.rate)
+        tree.profile_children_of_this_process()
 
     def finish() -> None:
-        if state["saved"]:
+        if state["saved"] or os.getpid() != main_pid:  # a forked child inherits this atexit handler
             return
         state["saved"] = True
         try:
             profile = profiler.stop()
-            from ..outputs import write_outputs
-            from ..render.summary import format_summary
-
-            paths = write_outputs(profile, outdir, options)
-            if not args.quiet:
-                sys.stderr.write(format_summary(profile, paths, options.mode))
-        except Exception as exc:  # the target's outcome stands; report ours in one line
+        except Exception as exc:
             sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
+        else:
+            if tree is not None:
+                profile = tree.collect(profile)
+            _write_profile(profile, outdir, options, args.quiet)
         if state["signal"] is not None:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -80,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     atexit.register(finish)
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
     runner.install(target)
     profiler.start()
     assert SESSION.sampler is not None

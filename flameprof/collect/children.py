@@ -1,0 +1,259 @@
+"""Profiling inside the other processes of a job: forked children, spawned children, any Python subprocess.
+
+``flameprof run`` puts a parts directory in the environment (see ``tree.py``). A Python process
+started with it (through the ``bootstrap/sitecustomize.py`` on its path) starts the sampler before
+its own code runs; a process forked from a profiled one restarts the sampler in the child
+(``os.register_at_fork``: the sampling thread does not survive a fork). Either way the process then
+writes its samples to its own part file: every few seconds from the sampler's tick, so a killed
+process still leaves most of them, and once more when it ends, from ``atexit`` or from ``os._exit``
+(which skips ``atexit``, and is how forked ``multiprocessing`` children end).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shlex
+import socket
+import sys
+import threading
+import time
+
+from ..records import ProcessInfo
+from .counters import CPU_PERCENT, RSS_BYTES, CounterRecorder
+from .parts import PartWriter
+
+ENV_DIR = "FLAMEPROF_CHILD_DIR"      # the parts directory; its presence turns profiling on
+ENV_RATE = "FLAMEPROF_CHILD_RATE"    # samples per second
+ENV_TREE = "FLAMEPROF_CHILD_TREE"    # "0": profile only the first Python process, not its children
+ENV_RANK_PID = "FLAMEPROF_RANK_PID"  # set by the process that owns RANK, so its children know they are not it
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+FLUSH_INTERVAL = 1.0                 # seconds between flushes, at least
+FLUSH_BUDGET = 0.01                  # flushing may take at most this share of the time
+EXIT_WAIT = 5.0                      # seconds the final flush waits for a flush in progress
+
+
+class _Tree:
+    """This process's part in the job: where parts go, at what rate, and its recorder if it writes one."""
+
+    directory: str | None = None
+    rate = 100.0
+    recorder: "_Recorder | None" = None
+    hooks_installed = False
+
+
+_TREE = _Tree()
+
+
+def enable_tree(directory: str, rate: float) -> None:
+    """Profile the children this process forks (spawned ones get the environment instead)."""
+    _TREE.directory = directory
+    _TREE.rate = rate
+    if not _TREE.hooks_installed:
+        _TREE.hooks_installed = True
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        atexit.register(_finish_recorder)
+        os._exit = _exit_after_flush
+
+
+def start_from_environment() -> None:
+    """Start profiling this process when a parent ``flameprof run`` asked for it (the bootstrap's entry)."""
+    directory = os.environ.get(ENV_DIR)
+    if not directory or _TREE.recorder is not None or not os.path.isdir(directory):
+        return
+    if multiprocessing_helper() == "resource_tracker":  # an idle helper that outlives its parent
+        return
+    rate = float(os.environ.get(ENV_RATE) or 100.0)
+    if os.environ.get(ENV_TREE) == "0":
+        forget_environment(os.environ)
+        _TREE.rate = rate
+    else:
+        enable_tree(directory, rate)
+    if _rank() is not None and ENV_RANK_PID not in os.environ:
+        os.environ[ENV_RANK_PID] = str(os.getpid())
+    from ..profiler import SESSION
+
+    SESSION.acquire(rate)
+    _start_recorder(directory)
+
+
+def forget_environment(env) -> None:
+    """Remove what makes children profiled from ``env`` (a dict or ``os.environ``)."""
+    for name in (ENV_DIR, ENV_RATE, ENV_TREE):
+        env.pop(name, None)
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
+    if entries:
+        env["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        env.pop("PYTHONPATH", None)
+
+
+# -- the process's role -----------------------------------------------------------------------
+
+def multiprocessing_helper() -> str | None:
+    """``resource_tracker`` or ``forkserver`` when this process is that multiprocessing helper.
+
+    Both run until their parent exits, so a parent profiling its job cannot wait for them.
+    """
+    argv = getattr(sys, "orig_argv", None) or []
+    code = argv[argv.index("-c") + 1] if "-c" in argv[:-1] else ""
+    for helper in ("resource_tracker", "forkserver"):
+        if code.startswith(f"from multiprocessing.{helper} import"):
+            return helper
+    return None
+
+
+def _rank() -> str | None:
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return value
+    return None
+
+
+def process_role(forked_from: int = 0) -> str:
+    """``dataloader worker N``, ``rank N``, a multiprocessing process name, ``fork of pid N`` for
+    another forked child, or "" (the merge then names the process by its command line).
+
+    Read at every flush, because a DataLoader worker learns its id only after the fork.
+    """
+    role = "multiprocessing forkserver" if multiprocessing_helper() == "forkserver" else ""
+    if forked_from:
+        role = f"fork of pid {forked_from}"
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None and hasattr(data, "get_worker_info") else None
+    if info is not None:
+        role = f"dataloader worker {info.id}"
+    else:
+        mp = sys.modules.get("multiprocessing")
+        name = mp.current_process().name if mp is not None else "MainProcess"
+        if name != "MainProcess":
+            role = name
+    rank = _rank()
+    if rank is None:
+        return role
+    if os.environ.get(ENV_RANK_PID) == str(os.getpid()):
+        return f"rank {rank}"
+    return f"rank {rank}: {role}" if role else f"rank {rank}: {short_command(command_line())}"
+
+
+def command_line() -> str:
+    argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def short_command(cmdline: str, limit: int = 60) -> str:
+    """A command line short enough to name a process: base names of the program and of path arguments."""
+    words = [os.path.basename(w) if os.sep in w and not w.startswith("-") else w for w in cmdline.split(" ")]
+    text = " ".join(words).strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# -- the recorder ------------------------------------------------------------------------------
+
+class _Recorder:
+    """Flushes this process's samples to its part: from the sampler's tick, and once more at the end."""
+
+    def __init__(self, directory: str, forked_from: int = 0) -> None:
+        from ..profiler import SESSION
+
+        self.session = SESSION
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.writer = PartWriter(directory, SESSION.builder, self.host, self.pid)
+        self.forked_from = forked_from
+        self.due = 0.0  # the first tick writes a part at once: it tells the parent this process exists
+        self.finished = False
+
+    def flush(self, final: bool = False) -> float:
+        from ..profiler import run_metadata
+
+        session = self.session
+        sampler = session.sampler
+        meta = dict(run_metadata(), start_time=session.start_time, duration=time.time() - session.start_time,
+                    rate=_TREE.rate, sampler=getattr(sampler, "kind", ""),
+                    outlives_parent=multiprocessing_helper() is not None)
+        counters = session.counters
+        series = {} if counters is None else {CPU_PERCENT: (counters.times, counters.cpu),
+                                              RSS_BYTES: (counters.times, counters.rss)}
+        info = ProcessInfo(self.pid, process_role(self.forked_from), self.host, command_line(), os.getppid())
+        return self.writer.write(info, meta, series, final, timeout=EXIT_WAIT if final else None)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.finished or now < self.due:
+            return
+        try:
+            cost = self.flush()
+        except Exception:  # a full disk must not reach the program; the next flush may succeed
+            cost = 0.0
+        self.due = time.monotonic() + max(FLUSH_INTERVAL, cost / FLUSH_BUDGET)
+
+    def finish(self) -> None:
+        if self.finished or os.getpid() != self.pid:
+            return
+        self.finished = True
+        self.flush(final=True)
+
+
+def _tick() -> None:
+    """A tick hook of the sampler (it runs on the sampler's thread, so no thread is added)."""
+    recorder = _TREE.recorder
+    if recorder is not None and recorder.pid == os.getpid():
+        recorder.tick()
+
+
+def _start_recorder(directory: str, forked_from: int = 0) -> None:
+    from ..profiler import SESSION
+
+    _TREE.recorder = _Recorder(directory, forked_from)
+    hooks = SESSION.sampler.tick_hooks
+    if _tick not in hooks:
+        hooks.append(_tick)
+
+
+def _finish_recorder() -> None:
+    recorder = _TREE.recorder
+    if recorder is not None:
+        try:
+            recorder.finish()
+        except Exception:
+            pass
+
+
+_real_exit = os._exit
+
+
+def _exit_after_flush(status: int) -> None:
+    """``os._exit`` in a profiled process: write the final part first (atexit will not run)."""
+    _finish_recorder()
+    _real_exit(status)
+
+
+def _after_fork_in_child() -> None:
+    """Restart sampling in a forked child of a profiled process.
+
+    The child keeps its parent's sampler, builder and time base (so the layer hooks, boundary
+    codes and interned frames stay valid and are not installed twice) and records its own samples
+    after the parent's; only what did not survive the fork is renewed: the sampling thread, the
+    session lock (another thread may have held it) and the process counters.
+    """
+    parent = _TREE.recorder.pid if _TREE.recorder is not None else os.getppid()
+    _TREE.recorder = None  # the parent's recorder and part are not this process's
+    try:
+        from ..profiler import SESSION
+
+        sampler = SESSION.sampler
+        if _TREE.directory is None or sampler is None or SESSION.users <= 0 or not sampler.running:
+            return
+        SESSION.lock = threading.RLock()
+        sampler.reset_after_fork()
+        sampler.pid = os.getpid()
+        old = SESSION.counters
+        if old is not None:
+            SESSION.counters = CounterRecorder(sampler.t0)
+            sampler.tick_hooks[:] = [SESSION.counters.tick if h == old.tick else h for h in sampler.tick_hooks]
+        _start_recorder(_TREE.directory, parent)
+        sampler.start()
+    except Exception:  # the child runs on unprofiled rather than fail
+        pass

@@ -1,0 +1,199 @@
+"""Part files: each profiled process of a job writes its samples to ``part-<host>-<pid>.flameprof``.
+
+A part is an ordinary ``.flameprof`` file, written without numpy (children must stay light and may
+run an interpreter that has none) and rewritten in place, atomically, at every flush: a reader sees
+the previous complete part or the next one, never half of one. Only the samples taken since the
+last flush are converted, so a flush costs little more than writing the file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+import time
+import zipfile
+from array import array
+
+from ..outputs import write_bytes
+from ..records import ProcessInfo, ProfileBuilder
+
+PREFIX = "part-"
+SUFFIX = ".flameprof"
+_ENDIAN = "<" if sys.byteorder == "little" else ">"
+
+
+def part_path(directory: str, host: str, pid: int) -> str:
+    return os.path.join(directory, f"{PREFIX}{host}-{pid}{SUFFIX}")
+
+
+def _npy(values: array) -> bytes:
+    """``values`` in numpy's ``.npy`` format (version 1.0): a padded text header, then raw data."""
+    header = f"{{'descr': '{_ENDIAN}i{values.itemsize}', 'fortran_order': False, 'shape': ({len(values)},), }}"
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1") + values.tobytes()
+
+
+def _us(seconds) -> list[int]:
+    return [round(s * 1e6) for s in seconds]
+
+
+def _raw(store) -> tuple:
+    """A sample store's rows as memoryviews, without numpy (see NativeSampler.raw_columns)."""
+    return tuple(memoryview(data or b"").cast(code) for data, code in zip(store.raw_columns(), store.RAW_TYPECODES))
+
+
+def _ticks_and_rows(raw: tuple) -> tuple[int, int]:
+    return len(raw[0]), len(raw[2])
+
+
+def _series(times: list[float], values: list[float]) -> list[list[float]]:
+    n = len(times)  # a recorder appends values first and the time last
+    return [list(times[:n]), list(values[:n])]
+
+
+class PartWriter:
+    """Rewrites one process's part from a ProfileBuilder that a sampler keeps filling.
+
+    Only samples and marks recorded after the writer was made are this process's (a forked child
+    shares its parent's builder, tables and time base, and adds its own after the parent's).
+    Lengths are read samples first, then threads, stacks and frames: everything a sample refers to
+    was recorded before the sample, so tables cut at those lengths are consistent without stopping
+    the sampler.
+    """
+
+    def __init__(self, directory: str, builder: ProfileBuilder, host: str, pid: int) -> None:
+        self.path = part_path(directory, host, pid)
+        self.builder = builder
+        self.lock = threading.Lock()
+        self.written = -1  # samples in the file on disk; -1 before the first write
+        self._columns = [array("q"), array("i"), array("i"), array("q"), array("q")]  # time thread stack wall cpu
+        self._first_mark = len(builder.marks)
+        self._list_done = len(builder.cpu)
+        self._store_done = [_ticks_and_rows(_raw(store)) for store in builder.sample_stores]
+
+    def _add_new_samples(self) -> int:
+        """Convert the samples recorded since the last call; returns how many are this process's now."""
+        b = self.builder
+        time_us, thread, stack, wall_us, cpu_us = self._columns
+        for i, store in enumerate(b.sample_stores):  # the native sampler's rows
+            raw = _raw(store)
+            if i == len(self._store_done):
+                self._store_done.append((0, 0))
+            tick_done, row_done = self._store_done[i]
+            times, per_tick, threads, stacks, walls, cpus = raw
+            t0 = store.t0
+            for tick in range(tick_done, len(times)):
+                time_us.extend([round((times[tick] - t0) * 1e6)] * per_tick[tick])
+            thread.extend(threads[row_done:].tolist())
+            stack.extend(stacks[row_done:].tolist())
+            wall_us.extend(_us(walls[row_done:].tolist()))
+            cpu_us.extend(_us(cpus[row_done:].tolist()))
+            self._store_done[i] = _ticks_and_rows(raw)
+        n_list = len(b.cpu)  # the list columns are appended time first, cpu last
+        done = self._list_done
+        time_us.extend(_us(b.time[done:n_list]))
+        thread.extend(b.thread[done:n_list])
+        stack.extend(b.stack[done:n_list])
+        wall_us.extend(_us(b.wall[done:n_list]))
+        cpu_us.extend(_us(b.cpu[done:n_list]))
+        self._list_done = n_list
+        return len(time_us)
+
+    def write(self, process: ProcessInfo, meta: dict, counters: dict, final: bool = False,
+              timeout: float | None = None) -> float:
+        """Write the part if it changed (always when ``final``); returns the seconds it took.
+
+        ``counters`` maps a name to (times, values) lists; ``timeout`` bounds the wait for a
+        write in progress on another thread (then nothing is written).
+        """
+        start = time.perf_counter()
+        if not self.lock.acquire(timeout=-1 if timeout is None else timeout):
+            return 0.0
+        try:
+            b = self.builder
+            n = self._add_new_samples()
+            if n == self.written and not final:
+                return 0.0
+            n_threads = len(b.threads)
+            n_stacks = min(len(b.stack_parent), len(b.stack_frame))
+            n_frames = len(b.frames)
+            tables = {
+                "meta.json": dict(meta, format="flameprof", version=1, final=final),
+                "frames.json": [[f.name, f.file, f.line, f.kind] for f in b.frames[:n_frames]],
+                "threads.json": [[t.pid, t.tid, t.name] for t in b.threads[:n_threads]],
+                "processes.json": [[process.pid, process.role, process.host, process.cmdline, process.ppid]],
+                "marks.json": [[m.time, m.thread, m.name, m.value] for m in b.marks[self._first_mark:]
+                               if m.thread < n_threads],
+                "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
+            }
+            columns = {"stack_parent": array("i", b.stack_parent[:n_stacks]),
+                       "stack_frame": array("i", b.stack_frame[:n_stacks])}
+            columns.update(zip(("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"),
+                               self._columns))
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+                for name, table in tables.items():
+                    zf.writestr(name, json.dumps(table, separators=(",", ":")))
+                for name, column in columns.items():
+                    zf.writestr(name + ".npy", _npy(column))
+            write_bytes(self.path, buf.getvalue())
+            self.written = n
+        finally:
+            self.lock.release()
+        return time.perf_counter() - start
+
+
+# -- the parent's side -------------------------------------------------------------------------
+
+def part_files(directory: str) -> list[str]:
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, n) for n in names if n.startswith(PREFIX) and n.endswith(SUFFIX))
+
+
+def _part_state(path: str) -> tuple[bool, int]:
+    """(done, pid) of a part, from its meta alone: done when final, unreadable, or written by a
+    helper process that ends only after its parent (nothing to wait for)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = json.loads(zf.read("meta.json"))
+        return bool(meta.get("final") or meta.get("outlives_parent")), int(meta.get("pid", 0))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return True, 0
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie has ended: it only waits to be reaped)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return not os.path.isdir("/proc")
+
+
+def wait_for_parts(directory: str, grace: float) -> list[str]:
+    """Wait up to ``grace`` seconds for processes still running to write their final part.
+
+    Returns the parts that are not final when the wait ends (their process was killed, or hangs).
+    """
+    deadline = time.monotonic() + grace
+    while True:
+        states = {path: _part_state(path) for path in part_files(directory)}
+        partial = [path for path, (done, _) in states.items() if not done]
+        if time.monotonic() >= deadline or not any(_running(states[path][1]) for path in partial):
+            return partial
+        time.sleep(0.05)

@@ -1,0 +1,88 @@
+"""The parent's side of profiling a whole job: a private parts directory, the environment that makes
+children profile themselves into it, and, at the end, one profile merged from all the parts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from typing import TYPE_CHECKING
+
+from . import children
+from .parts import part_files, wait_for_parts
+
+if TYPE_CHECKING:
+    from ..model import Profile
+
+EXIT_GRACE = 3.0  # seconds to wait for children still running to write their final part
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"flameprof: warning: {message}\n")
+
+
+class ProcessTree:
+    """The parts directory of one run (mode 0700, inside the output directory until the merge)."""
+
+    def __init__(self, outdir: str, rate: float, whole_tree: bool = True) -> None:
+        self.directory = tempfile.mkdtemp(prefix=".flameprof-parts-", dir=outdir)
+        self.rate = rate
+        self.whole_tree = whole_tree
+
+    def environment(self, base: dict | os._Environ) -> dict:
+        """``base`` plus what makes a Python process started with it profile itself into this tree."""
+        env = dict(base)
+        children.forget_environment(env)
+        env[children.ENV_DIR] = self.directory
+        env[children.ENV_RATE] = repr(self.rate)
+        env[children.ENV_TREE] = "1" if self.whole_tree else "0"
+        env.pop(children.ENV_RANK_PID, None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (children.BOOTSTRAP_DIR, env.get("PYTHONPATH")) if p)
+        return env
+
+    def profile_children_of_this_process(self) -> None:
+        """Forked children restart the sampler; spawned ones and subprocesses inherit the environment."""
+        env = self.environment(os.environ)
+        for name in (children.ENV_DIR, children.ENV_RATE, children.ENV_TREE, "PYTHONPATH"):
+            os.environ[name] = env[name]
+        children.enable_tree(self.directory, self.rate)
+
+    def collect(self, main: "Profile | None" = None, main_pid: int | None = None) -> "Profile | None":
+        """Merge ``main`` (this process's own profile, if any) with every part; None when there is nothing.
+
+        A corrupt part is skipped and a part left unfinished (its process was killed or hangs) is
+        kept as it is, each with a one-line warning. The parts are removed once the merge succeeded.
+        """
+        from .. import storage
+        from ..analyze.merge import merge_profiles
+        from ..errors import FlameprofError
+
+        partial = set(wait_for_parts(self.directory, EXIT_GRACE))
+        profiles = [main] if main is not None else []
+        for path in part_files(self.directory):
+            try:
+                part = storage.load(path)
+            except FlameprofError as exc:
+                warn(f"skipped a part that cannot be read: {exc}")
+                continue
+            if path in partial and part.processes:
+                info = part.processes[0]
+                warn(f"process {info.pid} ({children.short_command(info.cmdline)}) did not end cleanly "
+                     f"(killed, or still running); kept the {part.num_samples} samples it had written")
+            if part.num_samples:
+                profiles.append(part)
+        if not profiles:
+            self.remove()
+            return None
+        try:
+            merged = merge_profiles(profiles, main_pid=main_pid)
+        except Exception as exc:  # never lose the main profile to a bad part
+            warn(f"could not merge the other processes' profiles ({exc}); their parts are kept in {self.directory}")
+            return main
+        self.remove()
+        return merged
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
