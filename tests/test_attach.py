@@ -19,7 +19,7 @@ from flameprof import storage
 from flameprof.collect.attach import bootstrap_source
 from flameprof.collect.target_process import ptrace_denial, python_version
 
-# Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change.
+# Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change; SIGUSR2 ends it.
 TARGET = r'''
 import os, signal, sys, threading, time
 
@@ -35,6 +35,7 @@ def state(*_):
     print("state", names, handlers, sorted(globals()), sys.path[:3], flush=True)
 
 signal.signal(signal.SIGUSR1, state)
+signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
 worker = threading.Thread(target=lambda: time.sleep(3600), name="worker", daemon=True)
 worker.start()
 print("ready", flush=True)
@@ -111,7 +112,7 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
     channels_before = channels()
     for round_ in (1, 2):  # attaching twice in a row works
         out = tmp_path / f"out{round_}"
-        proc = run_flameprof("attach", target.pid, "--duration", "1", "-o", str(out))
+        proc = run_flameprof("attach", target.pid, "--duration", "0.5", "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         assert "using py-spy" not in proc.stderr
         for name in ("profile.flameprof", "profile.folded", "profile.svg"):
@@ -125,7 +126,7 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
         thread_names = {t.name for t in profile.threads}
         assert "MainThread" in thread_names and "worker" in thread_names
         assert not any(name.startswith("flameprof") for name in thread_names)
-        assert 0.8 < profile.duration < 5
+        assert 0.4 < profile.duration < 5
         assert target.proc.poll() is None
     ticks = len(target.wait_for("tick"))
     target.wait_for("tick", ticks + 2)  # still running
@@ -136,6 +137,35 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
     target.stderr.seek(0)
     assert target.stderr.read() == ""
     assert channels() <= channels_before  # the private channel is removed
+
+
+WATCHER = r'''
+import os, signal, subprocess, sys
+events = []
+signal.signal(signal.SIGCHLD, lambda *a: events.append("SIGCHLD"))
+child = subprocess.Popen([sys.executable, "-c", "while True: sum(range(10000))"])
+print(child.pid, flush=True)
+sys.stdin.readline()
+state = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WSTOPPED | os.WCONTINUED | os.WNOHANG)
+print(events, state, flush=True)
+child.kill()
+'''
+
+
+def test_the_targets_parent_sees_no_stop_and_no_sigchld(tmp_path):
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    child = watcher.stdout.readline().strip()
+    try:
+        proc = run_flameprof("attach", child, "--duration", "0.5", "-q", "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stderr
+        watcher.stdin.write("report\n")
+        watcher.stdin.flush()
+        assert watcher.stdout.readline() == "[] None\n"
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+        watcher.kill()
+        watcher.wait()
 
 
 def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
@@ -152,20 +182,18 @@ def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
     assert target.proc.poll() is None
 
 
-def test_target_exiting_during_attach_keeps_the_samples_so_far(tmp_path):
-    t = Target(tmp_path, seconds=6)
-    try:
-        start = time.monotonic()
-        proc = run_flameprof("attach", t.pid, "--duration", "30", "-q", "-o", str(tmp_path / "out"))
-        assert time.monotonic() - start < 20
-        assert proc.returncode == 0, proc.stderr
-        assert "exited during the attach" in proc.stderr
-        profile = storage.load(tmp_path / "out" / "profile.flameprof")
-        assert "spin_here" in functions(profile)
-        assert t.lines()[-1] == "done"
-        assert t.proc.wait(timeout=10) == 0
-    finally:
-        t.close()
+def test_target_exiting_during_attach_keeps_the_samples_so_far(target, tmp_path):
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(flameprof_cmd("attach", target.pid, "--duration", "60", "-q", "-o", str(out)),
+                            stderr=subprocess.PIPE, text=True, env=env)
+    assert "profiling process" in proc.stderr.readline()
+    time.sleep(0.5)
+    target.proc.send_signal(signal.SIGUSR2)  # the target ends itself with sys.exit(0)
+    assert proc.wait(timeout=30) == 0
+    assert "exited during the attach" in proc.stderr.read()
+    assert "spin_here" in functions(storage.load(out / "profile.flameprof"))
+    assert target.proc.wait(timeout=10) == 0
 
 
 @pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
