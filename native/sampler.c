@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <pthread.h>
 
 #define SKIP_FRAME (-1)
 #define BOUNDARY_FRAME (-2)
@@ -208,6 +210,7 @@ typedef struct {
     uint64_t tick_count;       /* samples taken (including ones that were empty) */
     double busy;
     uint64_t dropped;          /* rows lost: thread index beyond uint16 */
+    int sampling;              /* a sample is in progress (reentrancy guard) */
 } Sampler;
 
 static double
@@ -621,12 +624,13 @@ append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
     return 0;
 }
 
-static PyObject *
-Sampler_sample(Sampler *s, PyObject *args)
+/* One sample of every thread but ``exclude``; -1 with an exception set when out of memory. */
+static int
+take_sample(Sampler *s, unsigned long exclude)
 {
-    unsigned long exclude = 0;
-    if (!PyArg_ParseTuple(args, "|k", &exclude))
-        return NULL;
+    if (s->sampling)  /* a callback of this sample let another thread in: skip, do not corrupt it */
+        return 0;
+    s->sampling = 1;
     double start = monotonic();
     int failed = walk_threads(s, exclude) < 0;
     double now = monotonic();
@@ -663,9 +667,320 @@ Sampler_sample(Sampler *s, PyObject *args)
     }
     s->last_tick = now;
     s->busy += monotonic() - start;
-    if (failed)
-        return PyErr_NoMemory();
+    s->sampling = 0;
+    if (failed) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+Sampler_sample(Sampler *s, PyObject *args)
+{
+    unsigned long exclude = 0;
+    if (!PyArg_ParseTuple(args, "|k", &exclude))
+        return NULL;
+    if (take_sample(s, exclude) < 0)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/* ---- the clock thread: a C thread that wakes every interval and gets a sample taken.
+ *
+ * It first asks the interpreter to run the sample as a pending call: the main thread runs it at
+ * its next bytecode boundary, within microseconds when it is executing Python, without waiting
+ * for a GIL switch interval. When the pending call has not run after a short grace time (the main
+ * thread is blocked in C without the GIL, or waiting for it), the clock thread takes the GIL and
+ * samples itself. Every ``slow_interval`` it also runs a Python callback with the GIL (process
+ * counters). One clock per process; fork handlers leave the child with none and sane locks.
+ *
+ * Pending calls reach the main thread promptly only from 3.13 on: before, a pending call added
+ * from another thread is noticed at the main thread's next GIL switch, so there the clock thread
+ * takes the GIL itself every tick.
+ */
+#define PENDING_CALLS_PROMPT (PY_VERSION_HEX >= 0x030D0000)
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    pthread_t thread;
+    int alive, stop, queued;
+    uint64_t want, claimed, done;
+    double interval, slow_interval;
+    Sampler *sampler;          /* strong reference while alive */
+    PyObject *on_slow;         /* strong reference or NULL */
+    unsigned long ident;       /* the clock thread's ident, excluded from samples */
+    uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
+} clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void
+init_cond(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&clk.cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static struct timespec
+timespec_at(double t)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Wait on the clock's condition until ``deadline`` (monotonic seconds) or until ``until`` holds. */
+#define WAIT_UNTIL(deadline, until)                                                   \
+    do {                                                                              \
+        struct timespec ts_ = timespec_at(deadline);                                  \
+        while (!(until) && pthread_cond_timedwait(&clk.cond, &clk.mu, &ts_) != ETIMEDOUT) \
+            ;                                                                         \
+    } while (0)
+
+static int
+claim_tick(uint64_t seq)
+{
+    pthread_mutex_lock(&clk.mu);
+    int mine = clk.alive && !clk.stop && clk.claimed < seq;
+    if (mine)
+        clk.claimed = seq;
+    pthread_mutex_unlock(&clk.mu);
+    return mine;
+}
+
+static void
+finish_tick(uint64_t seq)
+{
+    pthread_mutex_lock(&clk.mu);
+    if (clk.done < seq)
+        clk.done = seq;
+    pthread_cond_broadcast(&clk.cond);
+    pthread_mutex_unlock(&clk.mu);
+}
+
+/* Runs on the main thread with the GIL, between two bytecodes: must never raise. */
+static int
+pending_sample(void *unused)
+{
+    pthread_mutex_lock(&clk.mu);
+    clk.queued = 0;
+    uint64_t seq = clk.want;
+    pthread_mutex_unlock(&clk.mu);
+    if (!claim_tick(seq))
+        return 0;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    Sampler *s = clk.sampler;
+    Py_INCREF(s);
+    if (take_sample(s, clk.ident) < 0)
+        PyErr_Clear();
+    clk.by_pending++;
+    Py_DECREF(s);
+    PyErr_Restore(et, ev, tb);
+    finish_tick(seq);
+    return 0;
+}
+
+/* Take the GIL. Before 3.13 a waiting thread asks the holder to let go only after the switch
+ * interval (5 ms by default, longer than a tick at high rates): lower it for this one wait. */
+static void
+acquire_gil(PyThreadState *ts)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    unsigned long saved = _PyEval_GetSwitchInterval();
+    unsigned long quick = (unsigned long)(clk.interval * 1e6 / 8);
+    if (quick < 20)
+        quick = 20;
+    int lower = quick < saved;
+    if (lower)
+        _PyEval_SetSwitchInterval(quick);
+    PyEval_RestoreThread(ts);  /* at interpreter shutdown this ends the thread */
+    if (lower && _PyEval_GetSwitchInterval() == quick)  /* unless the program changed it meanwhile */
+        _PyEval_SetSwitchInterval(saved);
+#else
+    PyEval_RestoreThread(ts);
+#endif
+}
+
+static void *
+clock_main(void *unused)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    clk.ident = PyThread_get_thread_ident();
+    PyThreadState *ts = PyEval_SaveThread();
+    double next = monotonic(), last_slow = next;
+    int main_runs_python = PENDING_CALLS_PROMPT;
+    pthread_mutex_lock(&clk.mu);
+    while (!clk.stop) {
+        next += clk.interval;
+        double now = monotonic();
+        if (next < now)  /* starved: do not try to catch up */
+            next = now;
+        WAIT_UNTIL(next, clk.stop);
+        if (clk.stop)
+            break;
+        uint64_t seq = ++clk.want;
+        if (main_runs_python) {
+            int queue = !clk.queued;
+            clk.queued = 1;
+            pthread_mutex_unlock(&clk.mu);
+            if (queue && Py_AddPendingCall(pending_sample, NULL) < 0) {
+                pthread_mutex_lock(&clk.mu);
+                clk.queued = 0;
+                pthread_mutex_unlock(&clk.mu);
+            }
+            pthread_mutex_lock(&clk.mu);
+            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop || clk.done >= seq);
+        }
+        int fallback = !clk.stop && clk.claimed < seq;
+        now = monotonic();
+        int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
+        pthread_mutex_unlock(&clk.mu);
+        if (fallback || slow) {
+            acquire_gil(ts);
+            /* the main thread's state persists: while it runs Python (it served the pending call
+             * first), keep asking it; while it is blocked, sample from here at once */
+            main_runs_python = PENDING_CALLS_PROMPT;
+            if (fallback && claim_tick(seq)) {
+                main_runs_python = 0;
+                if (take_sample(clk.sampler, clk.ident) < 0)
+                    PyErr_Clear();
+                clk.by_clock++;
+                finish_tick(seq);
+            }
+            if (slow && clk.on_slow != NULL) {
+                last_slow = now;
+                PyObject *r = PyObject_CallNoArgs(clk.on_slow);
+                if (r == NULL)
+                    PyErr_Clear();
+                Py_XDECREF(r);
+            }
+            ts = PyEval_SaveThread();
+        }
+        pthread_mutex_lock(&clk.mu);
+    }
+    pthread_mutex_unlock(&clk.mu);
+    PyEval_RestoreThread(ts);
+    PyGILState_Release(gil);
+    return NULL;
+}
+
+static PyObject *
+Sampler_start_clock(Sampler *s, PyObject *args)
+{
+    double interval, slow_interval;
+    PyObject *on_slow;
+    if (!PyArg_ParseTuple(args, "dOd", &interval, &on_slow, &slow_interval))
+        return NULL;
+    if (interval <= 0) {
+        PyErr_SetString(PyExc_ValueError, "interval must be positive");
+        return NULL;
+    }
+    pthread_mutex_lock(&clk.mu);
+    int busy = clk.alive;
+    pthread_mutex_unlock(&clk.mu);
+    if (busy) {
+        PyErr_SetString(PyExc_RuntimeError, "a native sampler clock is already running in this process");
+        return NULL;
+    }
+    Py_INCREF(s);
+    clk.sampler = s;
+    clk.on_slow = on_slow == Py_None ? NULL : Py_NewRef(on_slow);
+    clk.interval = interval;
+    clk.slow_interval = slow_interval;
+    clk.stop = clk.queued = 0;
+    clk.want = clk.claimed = clk.done = 0;
+    clk.by_pending = clk.by_clock = 0;
+    clk.ident = 0;
+    clk.alive = 1;
+    s->last_tick = monotonic();
+    int err = pthread_create(&clk.thread, NULL, clock_main, NULL);
+    if (err != 0) {
+        clk.alive = 0;
+        Py_CLEAR(clk.on_slow);
+        clk.sampler = NULL;
+        Py_DECREF(s);
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Stop the clock thread and wait for it (without the GIL); returns whether one was running. */
+static PyObject *
+stop_clock(PyObject *unused1, PyObject *unused2)
+{
+    pthread_mutex_lock(&clk.mu);
+    int alive = clk.alive;
+    int self = alive && pthread_equal(clk.thread, pthread_self());
+    clk.stop = 1;
+    pthread_cond_broadcast(&clk.cond);
+    pthread_mutex_unlock(&clk.mu);
+    if (!alive || self)  /* called from the clock thread (a slow callback): it ends after this */
+        return PyBool_FromLong(alive);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(clk.thread, NULL);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_lock(&clk.mu);
+    clk.alive = 0;
+    pthread_mutex_unlock(&clk.mu);
+    Sampler *s = clk.sampler;
+    clk.sampler = NULL;
+    Py_CLEAR(clk.on_slow);
+    Py_XDECREF(s);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+clock_running(PyObject *unused1, PyObject *unused2)
+{
+    pthread_mutex_lock(&clk.mu);
+    int alive = clk.alive && !clk.stop;
+    pthread_mutex_unlock(&clk.mu);
+    return PyBool_FromLong(alive);
+}
+
+static PyObject *
+clock_stats(PyObject *unused1, PyObject *unused2)
+{
+    pthread_mutex_lock(&clk.mu);
+    PyObject *r = Py_BuildValue("{sKsKsK}", "ticks_requested", (unsigned long long)clk.want,
+                                "by_pending_call", (unsigned long long)clk.by_pending,
+                                "by_clock_thread", (unsigned long long)clk.by_clock);
+    pthread_mutex_unlock(&clk.mu);
+    return r;
+}
+
+static void
+atfork_prepare(void)
+{
+    pthread_mutex_lock(&clk.mu);
+}
+
+static void
+atfork_parent(void)
+{
+    pthread_mutex_unlock(&clk.mu);
+}
+
+/* The child has no clock thread: fresh locks, nothing running (its references stay with the parent's copy). */
+static void
+atfork_child(void)
+{
+    pthread_mutex_init(&clk.mu, NULL);
+    init_cond();
+    clk.alive = clk.queued = 0;
+    clk.stop = 1;
+    clk.sampler = NULL;
+    clk.on_slow = NULL;
 }
 
 static PyObject *
@@ -794,6 +1109,8 @@ static PyMethodDef Sampler_methods[] = {
     {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results"},
     {"reset_threads", (PyCFunction)Sampler_reset_threads, METH_NOARGS, "forget all threads (after fork)"},
     {"columns", (PyCFunction)Sampler_columns, METH_NOARGS, "the recorded rows as bytes columns"},
+    {"start_clock", (PyCFunction)Sampler_start_clock, METH_VARARGS,
+     "start_clock(interval, on_slow, slow_interval): sample every interval from a C thread"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -819,8 +1136,15 @@ static PyTypeObject SamplerType = {
     .tp_getset = Sampler_getset,
 };
 
+static PyMethodDef module_methods[] = {
+    {"stop_clock", stop_clock, METH_NOARGS, "stop the clock thread and wait for it; True if one ran"},
+    {"clock_running", clock_running, METH_NOARGS, "whether the clock thread is running"},
+    {"clock_stats", clock_stats, METH_NOARGS, "how the last clock's ticks were served"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef native_module = {
-    PyModuleDef_HEAD_INIT, "flameprof._native", "flameprof's C sampling fast path.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "flameprof._native", "flameprof's C sampling fast path.", -1, module_methods,
 };
 
 PyMODINIT_FUNC
@@ -828,6 +1152,12 @@ PyInit__native(void)
 {
     if (PyType_Ready(&SamplerType) < 0)
         return NULL;
+    static int initialized = 0;
+    if (!initialized) {
+        initialized = 1;
+        init_cond();
+        pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    }
     PyObject *m = PyModule_Create(&native_module);
     if (m == NULL)
         return NULL;

@@ -117,26 +117,21 @@ class SamplerBase:
         """In a forked child: the parent's sampling thread does not exist here; forget it and its threads."""
         self._thread = None
         self._stop = threading.Event()
+        self._sampling_time = 0.0
 
     # -- control -------------------------------------------------------------------------
     def start(self) -> None:
-        self._stop.clear()
         self._mark_start()
         self._started = time.perf_counter()
-        self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
-        self._thread.start()
+        self._start_thread()
 
     def stop(self) -> None:
         """Stop the thread and take a final sample so every thread's tail is accounted for."""
-        thread = self._thread
-        if thread is None:
+        if not self.running:
             return
-        self._stop.set()
-        if thread is not threading.current_thread():
-            thread.join()
-        self._thread = None
+        exclude = self._stop_thread()
         self._sampling_time += time.perf_counter() - self._started
-        self.sample(exclude=thread.ident)
+        self.sample(exclude=exclude)
 
     @property
     def running(self) -> bool:
@@ -146,6 +141,25 @@ class SamplerBase:
         """Samples per second the thread managed (below the requested rate when the GIL was held for long)."""
         elapsed = self._sampling_time + (time.perf_counter() - self._started if self.running else 0.0)
         return self.ticks / elapsed if elapsed > 0 else 0.0  # type: ignore[attr-defined]
+
+    def _start_thread(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
+        self._thread.start()
+
+    def _stop_thread(self) -> int | None:
+        """Stop sampling; returns the ident of the thread that sampled (excluded from the final sample)."""
+        thread = self._thread
+        assert thread is not None
+        self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join()
+        self._thread = None
+        return thread.ident
+
+    def _run_tick_hooks(self) -> None:
+        for hook in self.tick_hooks:
+            hook()
 
     def _loop(self) -> None:
         interval = self.interval
@@ -164,8 +178,7 @@ class SamplerBase:
                 return
             try:
                 sample(exclude=ident)
-                for hook in self.tick_hooks:
-                    hook()
+                self._run_tick_hooks()
             except Exception:  # never let a sampling bug reach the target
                 pass
 

@@ -9,13 +9,23 @@ until a profile is built: the sampler is one of the builder's ``sample_stores``.
 
 from __future__ import annotations
 
+import atexit
+
 from .. import _native
 from ..records import ProfileBuilder
 from .backend import SamplerBase
 from .sampler import MAX_DEPTH, code_frame_id, thread_identity, truncation_marker
 
 
+TICK_HOOK_INTERVAL = 0.05  # seconds between runs of the tick hooks (process counters) on the clock thread
+
+atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
+
+
 class NativeSampler(SamplerBase):
+    """Sampled from a C clock thread (see native/sampler.c): no Python thread, no GIL wait per tick
+    while the main thread runs Python. One runs at a time per process."""
+
     kind = "native"
 
     def __init__(self, builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> None:
@@ -31,6 +41,7 @@ class NativeSampler(SamplerBase):
             scopes=self.scopes,
             max_depth=MAX_DEPTH,
         )
+        self._active = False
         builder.sample_stores.append(self)
 
     def sample(self, exclude: int | None = None) -> None:
@@ -45,8 +56,22 @@ class NativeSampler(SamplerBase):
     def _mark_start(self) -> None:
         self._c.mark_start()
 
+    def _start_thread(self) -> None:
+        self._c.start_clock(self.interval, self._run_tick_hooks, TICK_HOOK_INTERVAL)
+        self._active = True
+
+    def _stop_thread(self) -> int | None:
+        _native.stop_clock()
+        self._active = False
+        return None
+
+    @property
+    def running(self) -> bool:
+        return self._active
+
     def reset_after_fork(self) -> None:
         super().reset_after_fork()
+        self._active = False
         self._c.reset_threads()
 
     @property
@@ -64,6 +89,13 @@ class NativeSampler(SamplerBase):
 
     def __len__(self) -> int:
         return self._c.rows
+
+    RAW_TYPECODES = ("d", "I", "H", "i", "f", "f")  # array/memoryview typecodes of raw_columns()
+
+    def raw_columns(self) -> tuple:
+        """The C rows as bytes, for a reader that must not import numpy (a child's part writer):
+        (tick times on the perf_counter clock, rows per tick, thread, stack, wall, cpu), completed ticks only."""
+        return self._c.columns()
 
     def columns(self) -> tuple:
         """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""

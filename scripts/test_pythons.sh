@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds flameprof (with its C sampler) and runs the tests that do not need PyTorch under every
+# CPython 3.10-3.13 found in ~/.pyenv/versions, each in its own venv under .venvs/ (kept between
+# runs, so a second run only rebuilds the extension). Fails when a version is missing, its C
+# sampler does not build or import, or a test fails.
+#   bash scripts/test_pythons.sh            all four versions
+#   PYTHONS="3.12 3.13" bash scripts/test_pythons.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHONS=${PYTHONS:-"3.10 3.11 3.12 3.13"}
+PYENV_ROOT=${PYENV_ROOT:-$HOME/.pyenv}
+
+# Test files that import torch run only in the main .venv (scripts/test.sh).
+mapfile -t TESTS < <(grep -L -E "^\s*(import torch|from torch)|importorskip\(.torch" tests/test_*.py)
+
+status=0
+for minor in $PYTHONS; do
+  # the newest installed patch release of this minor version
+  interp=$(ls -d "$PYENV_ROOT"/versions/"$minor".*/bin/python 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -z "$interp" ]; then
+    echo "test_pythons: CPython $minor not found in $PYENV_ROOT/versions" >&2
+    status=1
+    continue
+  fi
+  venv=.venvs/py$minor
+  echo "== CPython $minor ($interp)"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import numpy, psutil, pytest, setuptools" 2>/dev/null; then
+    rm -rf "$venv"
+    "$interp" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy psutil pytest
+  fi
+  # no build isolation: the venv already has setuptools, and nothing needs fetching per run
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
+       > "$venv/install.log" 2>&1; then
+    cat "$venv/install.log" >&2
+    status=1
+    continue
+  fi
+  if ! (cd "$venv" && FLAMEPROF_NATIVE=1 bin/python -c "import flameprof._native"); then
+    echo "test_pythons: CPython $minor: flameprof._native did not build or import" >&2
+    cat "$venv/install.log" >&2
+    status=1
+    continue
+  fi
+  if ! "$venv/bin/python" -m pytest -q -p no:cacheprovider "${TESTS[@]}"; then
+    status=1
+  fi
+done
+exit $status

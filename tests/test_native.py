@@ -1,0 +1,385 @@
+"""The C sampler: same profile as the Python sampler, and never a crash or a hang in the target."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import REPO
+from flameprof.collect import backend
+from flameprof.collect.backend import make_sampler
+from flameprof.collect.native_sampler import NativeSampler
+from flameprof.collect.sampler import MAX_DEPTH, PythonSampler
+from flameprof.records import Frame, ProfileBuilder
+
+FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
+
+
+class Parked:
+    """A thread parked at a known stack: ``target -> level_1 .. level_n -> Event.wait``."""
+
+    def __init__(self, depth: int = 3, name: str = "parked", scope: Frame | None = None,
+                 scopes: dict | None = None) -> None:
+        self.release = threading.Event()
+        self.ready = threading.Event()
+        self.depth = depth
+        self.scope = scope
+        self.scopes = scopes
+        self.frames: list = []
+        self.thread = threading.Thread(target=self.target, name=name, daemon=True)
+
+    def target(self) -> None:
+        self.level(self.depth)
+
+    def level(self, n: int) -> None:
+        self.frames.append(sys._getframe())
+        if n > 1:
+            return self.level(n - 1)
+        if self.scope is not None and self.scopes is not None:
+            self.scopes[threading.get_ident()] = [(sys._getframe(1), self.scope)]
+        self.ready.set()
+        self.release.wait()
+
+    def __enter__(self) -> "Parked":
+        self.thread.start()
+        assert self.ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.thread.join()
+
+
+def stacks_by_thread(builder: ProfileBuilder) -> dict[str, Counter]:
+    """Thread name -> Counter of stacks (tuples of frame names, root first)."""
+    profile = builder.build()
+    profile.validate()
+    stacks = profile.all_stack_frames()
+    out: dict[str, Counter] = {}
+    for thread, sid in zip(profile.sample_thread.tolist(), profile.sample_stack.tolist()):
+        names = tuple(profile.frames[f].name for f in stacks[sid]) if sid >= 0 else ()
+        out.setdefault(profile.threads[thread].name, Counter())[names] += 1
+    return out
+
+
+def both_samplers() -> list:
+    return [PythonSampler(ProfileBuilder()), NativeSampler(ProfileBuilder())]
+
+
+def test_make_sampler_prefers_native_and_env_forces_python(monkeypatch):
+    monkeypatch.delenv("FLAMEPROF_NATIVE", raising=False)
+    assert make_sampler(ProfileBuilder()).kind == "native"
+    monkeypatch.setenv("FLAMEPROF_NATIVE", "0")
+    assert make_sampler(ProfileBuilder()).kind == "python"
+
+
+def test_failed_native_import_warns_once_and_falls_back(monkeypatch, capsys):
+    monkeypatch.delenv("FLAMEPROF_NATIVE", raising=False)
+    import flameprof
+
+    monkeypatch.setitem(sys.modules, "flameprof._native", None)  # makes the import fail
+    monkeypatch.delattr(flameprof, "_native")
+    monkeypatch.delitem(sys.modules, "flameprof.collect.native_sampler")
+    monkeypatch.setattr(backend, "_warned", False)
+    kinds = [make_sampler(ProfileBuilder()).kind for _ in range(3)]
+    assert kinds == ["python"] * 3
+    err = capsys.readouterr().err
+    assert err.count("flameprof: warning:") == 1 and "pure-Python sampler" in err
+
+
+def test_parked_threads_give_identical_stacks_in_both_samplers():
+    with Parked(depth=4, name="worker-a"), Parked(depth=2, name="worker-b"):
+        results = []
+        for sampler in both_samplers():
+            for _ in range(5):
+                sampler.sample()
+            assert sampler.ticks == 5
+            results.append(stacks_by_thread(sampler.builder))
+    python, native = results
+    assert python == native
+    worker_a = list(native["worker-a"])
+    assert len(worker_a) == 1 and native["worker-a"][worker_a[0]] == 5
+    assert worker_a[0][-7:-2] == ("Parked.target",) + ("Parked.level",) * 4
+
+
+def test_thread_identity_wall_and_cpu_match_the_python_semantics():
+    with Parked(name="idle-worker") as parked:
+        for sampler in both_samplers():
+            sampler.start()
+            time.sleep(0.2)
+            sampler.stop()
+            profile = sampler.builder.build()
+            names = {t.name: t for t in profile.threads}
+            assert names["idle-worker"].tid == parked.thread.native_id
+            assert names["idle-worker"].pid == os.getpid()
+            mask = profile.sample_thread == profile.threads.index(names["idle-worker"])
+            # wall: each sample stands for the time since the thread's previous one, so the sum
+            # covers the sampled window; an idle thread uses almost no CPU
+            assert 0.15 < profile.sample_wall[mask].sum() < 0.6
+            assert profile.sample_cpu[mask].sum() < 0.05
+            assert (profile.sample_time[mask] > 0).all()
+
+
+def test_hot_stacks_agree_between_samplers_running_together():
+    stop = threading.Event()
+
+    def spin_a():
+        while not stop.is_set():
+            sum(range(200))
+
+    def spin_b():
+        while not stop.is_set():
+            time.sleep(0.001)
+
+    threads = [threading.Thread(target=spin_a, name="spinner"), threading.Thread(target=spin_b, name="sleeper")]
+    samplers = [PythonSampler(ProfileBuilder(), rate=200), NativeSampler(ProfileBuilder(), rate=200)]
+    for t in threads:
+        t.start()
+    for s in samplers:
+        s.start()
+    time.sleep(0.6)
+    for s in samplers:
+        s.stop()
+    stop.set()
+    for t in threads:
+        t.join()
+    python, native = (stacks_by_thread(s.builder) for s in samplers)
+    assert {"spinner", "sleeper"} <= set(python) & set(native)
+    for name in ("spinner", "sleeper"):
+        shares = []
+        for result in (python, native):
+            stacks = result[name]
+            total = sum(stacks.values())
+            assert total >= 10
+            top, n = stacks.most_common(1)[0]
+            shares.append((top, n / total))
+        (top_py, share_py), (top_native, share_native) = shares
+        assert top_py == top_native and top_native[-1].endswith(("spin_a", "spin_b"))
+        assert abs(share_py - share_native) < 0.2  # same hot stack, same share within sampling error
+
+
+def test_user_scope_is_inserted_leafward_of_the_entering_frame():
+    scope = Frame("load-batch", kind="scope")
+    results = []
+    for sampler in both_samplers():
+        with Parked(depth=3, name="scoped", scope=scope, scopes=sampler.scopes):
+            sampler.sample()
+        results.append(stacks_by_thread(sampler.builder)["scoped"])
+    python, native = results
+    assert python == native
+    (stack,) = native
+    i = stack.index("load-batch")
+    # entered in the frame of level(2), i.e. the caller of the innermost level()
+    assert stack[i - 1] == "Parked.level" and stack[i + 1] == "Parked.level" and stack[i - 2] == "Parked.level"
+
+
+def test_frame_hook_inserts_a_frame_and_native_caches_it_per_self():
+    calls = Counter()
+
+    def hook(frame):
+        owner = frame.f_locals["self"]
+        calls[id(owner)] += 1
+        return Frame(f"layer {owner.thread.name}", kind="layer")
+
+    with Parked(depth=2, name="first") as a, Parked(depth=2, name="second") as b:
+        counts = {}
+        for sampler in both_samplers():
+            calls.clear()
+            sampler.frame_hooks[Parked.target.__code__] = hook
+            for _ in range(4):
+                sampler.sample()
+            counts[sampler.kind] = dict(calls)
+            result = stacks_by_thread(sampler.builder)
+            for name in ("first", "second"):
+                (stack,) = result[name]
+                i = stack.index("Parked.target")
+                assert stack[i + 1] == f"layer {name}" and stack[i + 2] == "Parked.level"
+    assert counts["python"] == {id(a): 4, id(b): 4}
+    assert counts["native"] == {id(a): 1, id(b): 1}  # cached by (code, self): no call per sample
+
+
+def test_hooks_added_after_sampling_began_take_effect():
+    with Parked(depth=1, name="late"):
+        sampler = NativeSampler(ProfileBuilder())
+        sampler.sample()
+        sampler.frame_hooks[Parked.target.__code__] = lambda frame: Frame("late-layer", kind="layer")
+        sampler.sample()
+        stacks = list(stacks_by_thread(sampler.builder)["late"])
+    assert sorted("late-layer" in s for s in stacks) == [False, True]
+
+
+def test_own_frames_are_skipped_and_boundary_drops_everything_rootward():
+    namespace: dict = {}
+    runner_src = "def runner(fn):\n    return fn()\n\ndef helper(fn):\n    return fn()\n"
+    exec(compile(runner_src, os.path.join(FLAMEPROF_DIR, "fake_runner.py"), "exec"), namespace)
+    results = []
+    for sampler in both_samplers():
+        sampler.boundary_codes.add(namespace["runner"].__code__)
+        stacks = []
+
+        def target():
+            sampler.sample()
+            stacks.append(stacks_by_thread(sampler.builder)[threading.current_thread().name])
+
+        def outer():
+            namespace["runner"](lambda: namespace["helper"](target))
+
+        outer()
+        results.append(stacks[0])
+    python, native = results
+    assert python == native
+    (stack,) = native
+    # runner and everything rootward of it (outer, the test) are gone; helper (ours) is skipped
+    prefix = "test_own_frames_are_skipped_and_boundary_drops_everything_rootward.<locals>."
+    assert stack == (prefix + "outer.<locals>.<lambda>", prefix + "target")
+
+
+def test_deep_recursion_is_truncated_with_a_marker():
+    depth = 1500
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 500)
+    try:
+        with Parked(depth=depth, name="deep"):
+            results = []
+            for sampler in both_samplers():
+                sampler.sample()
+                sampler.sample()
+                results.append(stacks_by_thread(sampler.builder)["deep"])
+    finally:
+        sys.setrecursionlimit(old)
+    python, native = results
+    assert python == native
+    (stack,) = native
+    assert len(stack) == MAX_DEPTH
+    total = MAX_DEPTH - 1 + int(stack[-1].strip("[").split()[0])
+    assert stack[-1].endswith("frames truncated]") and total >= depth
+    assert stack[:MAX_DEPTH - 1].count("Parked.level") == MAX_DEPTH - 1 - stack.index("Parked.level")
+
+
+def test_threads_starting_and_ending_while_sampling_at_high_rate():
+    sampler = NativeSampler(ProfileBuilder(), rate=2000)
+    sampler.start()
+
+    def short():
+        sum(range(20000))
+
+    for _ in range(10):
+        batch = [threading.Thread(target=short, name=f"short-{i}") for i in range(10)]
+        for t in batch:
+            t.start()
+        for t in batch:
+            t.join()
+    sampler.stop()
+    profile = sampler.builder.build()
+    profile.validate()
+    assert len({(t.pid, t.tid) for t in profile.threads}) == len(profile.threads)
+    assert sampler.ticks > 0 and not sampler.running
+
+
+def test_stop_and_restart():
+    sampler = NativeSampler(ProfileBuilder(), rate=500)
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    first = len(sampler)
+    assert not sampler.running and first > 0
+    time.sleep(0.05)
+    sampler.start()
+    assert sampler.running
+    time.sleep(0.1)
+    sampler.stop()
+    assert len(sampler) > first
+    assert sampler.builder.num_samples == len(sampler)
+    assert 0 < sampler.achieved_rate() <= 600
+
+
+def test_one_native_clock_per_process():
+    first, second = NativeSampler(ProfileBuilder()), NativeSampler(ProfileBuilder())
+    first.start()
+    try:
+        with pytest.raises(RuntimeError):
+            second.start()
+    finally:
+        first.stop()
+
+
+def run_script(source: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO, FLAMEPROF_NATIVE="1")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def test_fork_while_sampling_does_not_hang_and_child_can_restart():
+    proc = run_script("""
+        import os, time
+        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.records import ProfileBuilder
+        sampler = NativeSampler(ProfileBuilder(), rate=2000)
+        sampler.start()
+        for i in range(20):
+            pid = os.fork()
+            if pid == 0:
+                ok = True
+                if i % 2:  # half the children restart sampling in the child
+                    sampler.reset_after_fork()
+                    before = len(sampler)
+                    sampler.start()
+                    t = time.perf_counter()
+                    while time.perf_counter() - t < 0.05:
+                        sum(range(100))
+                    sampler.stop()
+                    ok = len(sampler) > before
+                os._exit(0 if ok else 3)
+            sum(range(20000))
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
+        sampler.stop()
+        print("ok", len(sampler) > 0)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok True"
+
+
+def test_interpreter_exit_while_sampling_is_clean():
+    proc = run_script("""
+        import threading, time
+        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.records import ProfileBuilder
+        sampler = NativeSampler(ProfileBuilder(), rate=5000)
+        sampler.start()
+        def spin():
+            while True:
+                sum(range(100))
+        for _ in range(3):
+            threading.Thread(target=spin, daemon=True).start()
+        time.sleep(0.2)
+        print("exiting", sampler.running)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "exiting True" and "Fatal" not in proc.stderr
+
+
+def test_profiler_meta_reports_native_sampler_and_achieved_rate():
+    proc = run_script("""
+        import time
+        from flameprof.profiler import Profiler
+        p = Profiler(rate=10000)
+        p.start()
+        time.sleep(0.3)
+        meta = p.stop().meta
+        print(meta["sampler"], meta["rate"], meta["achieved_rate"] > 0, meta["sampler_starved"] in (True, False))
+        p = Profiler(rate=200)
+        p.start()
+        sum(range(30_000_000))  # one C call that holds the GIL: the sampler starves
+        meta = p.stop().meta
+        print(meta["sampler_starved"], meta["achieved_rate"] < 100)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["native", "10000.0", "True", "True", "True", "True"]
