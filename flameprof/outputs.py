@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Iterator
 
 from .errors import FlameprofError
 
@@ -46,11 +47,18 @@ def write_text(path: str, text: str) -> None:
 
 def write_bytes(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file, so a reader never sees half of it."""
+    with atomic_file(path, "wb") as fh:
+        fh.write(data)
+
+
+@contextmanager
+def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
+    """A file to stream into that appears at ``path`` only once complete (temporary file, then rename)."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         try:

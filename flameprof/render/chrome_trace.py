@@ -1,15 +1,19 @@
 """Chrome trace / Perfetto JSON: the profile as a timeline.
 
-Per thread, the timestamped samples become nested complete ("X") events: consecutive samples
-with the same frames merge into one span, and a frame stays open while consecutive stacks share
+Per thread, the timestamped samples become nested begin/end ("B"/"E") events: consecutive
+samples with the same stack are one span, and a frame stays open while consecutive stacks share
 it. Next to each thread, a track of its layer scopes and one of its phases; a steps track per
 process; counter tracks for CPU % and RSS. Times are microseconds from the start of the run.
+
+The events are computed with numpy (the walk from one stack to the next goes up to their common
+ancestor and down again) and streamed to the output, so a million samples take seconds and the
+memory of a few arrays, not of the whole JSON text.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence
+from typing import IO, Sequence
 
 import numpy as np
 
@@ -21,159 +25,184 @@ from ..model import Profile
 
 _COUNTERS = {CPU_PERCENT: ("CPU %", 1.0), RSS_BYTES: ("RSS (MiB)", 1.0 / (1 << 20))}
 _SCOPE_KINDS = ("layer", "scope")
+_CHUNK = 100_000
 
 
-def nested_spans(starts: Sequence[float], ends: Sequence[float], paths: Sequence[tuple],
-                 emit: Callable[[object, float, float], None]) -> None:
-    """Turn runs (start, end, root-first path) into nested spans: ``emit(key, start, end)`` once per span,
-    parents before children. A key stays open across runs whose paths share it at the same depth."""
-    open_keys: tuple = ()
-    open_at: list[int] = []       # index into ``pending`` of each open span
-    pending: list[list] = []      # [key, start, end]; end filled in when the span closes
-    prev_end = 0.0
-    for start, end, path in zip(starts, ends, paths):
-        common = 0
-        limit = min(len(open_keys), len(path))
-        while common < limit and open_keys[common] == path[common]:
-            common += 1
-        for i in open_at[common:]:
-            pending[i][2] = prev_end
-        del open_at[common:]
-        for key in path[common:]:
-            open_at.append(len(pending))
-            pending.append([key, start, 0.0])
-        open_keys = path
-        prev_end = end
-    for i in open_at:
-        pending[i][2] = prev_end
-    for key, start, end in pending:
-        emit(key, start, end)
+class NodeTree:
+    """A parent-pointer tree whose node 0 is the empty root; ``names[i]`` is node i's JSON-quoted name."""
+
+    def __init__(self, parent: np.ndarray, names: list[str]) -> None:
+        self.parent = np.asarray(parent, dtype=np.int64)
+        self.names = names
+        depth = [0] * len(parent)
+        for i, p in enumerate(self.parent.tolist()[1:], 1):   # parents precede children
+            depth[i] = depth[p] + 1
+        self.depth = np.asarray(depth, dtype=np.int64)
+
+    def common_ancestor(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per pair, the deepest node that is an ancestor of (or equal to) both."""
+        a, b = a.copy(), b.copy()
+        parent, depth = self.parent, self.depth
+        for x, y in ((a, b), (b, a)):
+            while True:
+                deeper = depth[x] > depth[y]
+                if not deeper.any():
+                    break
+                x[deeper] = parent[x[deeper]]
+        while True:
+            differ = a != b
+            if not differ.any():
+                return a
+            a[differ] = parent[a[differ]]
+            b[differ] = parent[b[differ]]
+
+    def walk(self, nodes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Begin/end events of a visit of ``nodes`` over runs [start, end): (time, node, is_begin), in order.
+
+        Between two runs, the nodes below the common ancestor close (deepest first) at the previous
+        run's end and the new ones open (shallowest first) at the next run's start.
+        """
+        src = np.concatenate(([0], nodes))
+        dst = np.concatenate((nodes, [0]))
+        close_at = np.concatenate(([0.0], ends))
+        open_at = np.concatenate((starts, [0.0]))
+        stop = self.depth[self.common_ancestor(src, dst)]
+        keys, which, begins = [], [], []
+        for cursor, is_begin in ((src, False), (dst, True)):
+            cursor = cursor.copy()
+            index = np.arange(len(cursor))
+            active = self.depth[cursor] > stop
+            while active.any():
+                keys.append(index[active])
+                which.append(cursor[active])
+                begins.append(np.full(int(active.sum()), is_begin))
+                cursor[active] = self.parent[cursor[active]]
+                active = self.depth[cursor] > stop
+        if not keys:
+            empty = np.zeros(0)
+            return empty, empty.astype(np.int64), empty.astype(bool)
+        k, node, begin = np.concatenate(keys), np.concatenate(which), np.concatenate(begins)
+        d = self.depth[node]
+        order = np.lexsort((np.where(begin, d, -d), begin, k))
+        k, node, begin = k[order], node[order], begin[order]
+        return np.where(begin, open_at[k], close_at[k]), node, begin
 
 
 def _runs(keys: np.ndarray, times: np.ndarray, walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices of the first sample of each run of equal keys, with the runs' start and end times."""
-    if not len(keys):
-        return keys, times, times
+    """First sample of each run of equal keys, and the runs' start and end times."""
     first = np.concatenate(([0], np.nonzero(keys[1:] != keys[:-1])[0] + 1))
     last = np.concatenate((first[1:] - 1, [len(keys) - 1]))
     return first, times[first] - walls[first], times[last]
 
 
-def scope_paths(profile: Profile) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """Per interned stack, the id of its path of layer/scope frames; and those paths."""
+def scope_tree(profile: Profile, quote) -> tuple[NodeTree, np.ndarray]:
+    """The tree of layer/scope paths, and per interned stack (index 0: the empty stack) its path's node."""
     is_scope = [f.kind in _SCOPE_KINDS for f in profile.frames]
-    ids: dict[tuple[int, ...], int] = {(): 0}
-    paths: list[tuple[int, ...]] = [()]
-    full: list[tuple[int, ...]] = []
-    out = np.zeros(len(profile.stack_parent) + 1, dtype=np.int64)   # index 0: the empty stack
-    for sid, (parent, frame) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
-        path = full[parent] if parent >= 0 else ()
+    ids: dict[tuple[int, int], int] = {}
+    parent, names = [0], [""]
+    node_of = [0] * (len(profile.stack_parent) + 1)
+    for sid, (up, frame) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
+        node = node_of[up + 1]
         if is_scope[frame]:
-            path = path + (frame,)
-        full.append(path)
-        pid = ids.get(path)
-        if pid is None:
-            pid = ids[path] = len(paths)
-            paths.append(path)
-        out[sid + 1] = pid
-    return out, paths
+            key = (node, frame)
+            child = ids.get(key)
+            if child is None:
+                child = ids[key] = len(parent)
+                parent.append(node)
+                names.append(quote(frame))
+            node = child
+        node_of[sid + 1] = node
+    return NodeTree(np.asarray(parent), names), np.asarray(node_of, dtype=np.int64)
 
 
-class _Trace:
-    """Collects trace events as JSON text."""
+class _Writer:
+    """Writes trace events as JSON text, one per line."""
 
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self._names: dict[str, str] = {}
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.first = True
 
-    def name(self, text: str) -> str:
-        quoted = self._names.get(text)
-        if quoted is None:
-            quoted = self._names[text] = json.dumps(text)
-        return quoted
+    def lines(self, lines: list[str]) -> None:
+        if lines:
+            self.out.write(("\n" if self.first else ",\n") + ",\n".join(lines))
+            self.first = False
 
-    def meta(self, kind: str, pid: int, tid: int, name: str, sort: int | None = None) -> None:
-        self.events.append(f'{{"ph":"M","name":"{kind}","pid":{pid},"tid":{tid},"args":{{"name":{self.name(name)}}}}}')
-        if sort is not None:
-            what = "process_sort_index" if kind == "process_name" else "thread_sort_index"
-            self.events.append(f'{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"sort_index":{sort}}}}}')
+    def meta(self, kind: str, pid: int, tid: int, name: str, sort: int) -> None:
+        what = "process_sort_index" if kind == "process_name" else "thread_sort_index"
+        self.lines([f'{{"ph":"M","name":"{kind}","pid":{pid},"tid":{tid},"args":{{"name":{json.dumps(name)}}}}}',
+                    f'{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"sort_index":{sort}}}}}'])
 
-    def span(self, pid: int, tid: int, cat: str, name: str, start: float, end: float) -> None:
-        self.events.append(f'{{"ph":"X","cat":"{cat}","name":{self.name(name)},"pid":{pid},"tid":{tid},'
-                           f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}')
+    def walk(self, pid: int, tid: int, tree: NodeTree, nodes: np.ndarray, starts: np.ndarray,
+             ends: np.ndarray) -> None:
+        times, which, begin = tree.walk(nodes, starts, ends)
+        micros = np.rint(times * 1e6).astype(np.int64)   # whole microseconds: ample at sampling rates
+        b, e = f'{{"ph":"B","pid":{pid},"tid":{tid},"ts":', f'{{"ph":"E","pid":{pid},"tid":{tid},"ts":'
+        names = tree.names
+        for lo in range(0, len(times), _CHUNK):
+            hi = lo + _CHUNK
+            self.lines([f'{b}{t},"name":{names[n]}}}' if o else f'{e}{t}}}'
+                        for t, n, o in zip(micros[lo:hi].tolist(), which[lo:hi].tolist(), begin[lo:hi].tolist())])
 
-    def counter(self, pid: int, name: str, time: float, value: float) -> None:
-        self.events.append(f'{{"ph":"C","name":{self.name(name)},"pid":{pid},"ts":{time * 1e6:.1f},'
-                           f'"args":{{"value":{value:.6g}}}}}')
 
-
-def render_chrome_trace(profile: Profile, sample_phase: np.ndarray | None = None,
-                        phase_names: Sequence[str] = (),
-                        steps: Sequence[tuple[int, float, float]] = ()) -> str:
-    """The trace JSON. ``sample_phase[i]`` indexes ``phase_names`` (-1: none); ``steps`` are
-    (thread index, start, end) in profile seconds."""
+def write_chrome_trace(profile: Profile, out: IO[str], sample_phase: np.ndarray | None = None,
+                       phase_names: Sequence[str] = (), steps: Sequence[tuple[int, float, float]] = ()) -> None:
+    """Write the trace JSON to ``out``. ``sample_phase[i]`` indexes ``phase_names`` (-1: none); ``steps``
+    are (thread index, start, end) in profile seconds."""
     if profile.num_samples and not np.any(profile.sample_time):
         source = profile.meta.get("source", "this profile")
         raise FlameprofError(f"a Chrome trace needs timestamped samples; {source} has none "
                              "(collapsed stacks carry no time)")
     labeler = Labeler(profile.meta)
-    labels = [labeler.label(f) for f in profile.frames]
-    trace = _Trace()
-    all_frames = profile.all_stack_frames()
-    scope_of_stack, scope_list = scope_paths(profile)
+    quoted = [json.dumps(labeler.label(f)) for f in profile.frames]
+    stacks = NodeTree(np.concatenate(([0], profile.stack_parent + 1)),
+                      [""] + [quoted[f] for f in profile.stack_frame.tolist()])
+    scopes, scope_of_stack = scope_tree(profile, quoted.__getitem__)
+    phases = NodeTree(np.zeros(len(phase_names) + 1), [""] + [json.dumps(p) for p in phase_names])
     order = np.lexsort((profile.sample_time, profile.sample_thread))
-    threads = profile.sample_thread[order]
-    bounds = np.searchsorted(threads, np.arange(len(profile.threads) + 1))
+    bounds = np.searchsorted(profile.sample_thread[order], np.arange(len(profile.threads) + 1))
     next_tid = max([t.tid for t in profile.threads] + [0]) + 1
     pids = sorted({t.pid for t in profile.threads} | {p.pid for p in profile.processes})
     main_pid = int(profile.meta.get("pid") or (pids[0] if pids else 0))
+
+    out.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(
+        {"source": "flameprof", "argv": profile.meta.get("argv"), "start_time": profile.meta.get("start_time")})
+        + ',"traceEvents":[')
+    w = _Writer(out)
     for sort, pid in enumerate(pids):
-        trace.meta("process_name", pid, 0, process_label(profile, pid), sort)
-
+        w.meta("process_name", pid, 0, process_label(profile, pid), sort)
     for index, info in enumerate(profile.threads):
-        pid, tid = info.pid, info.tid
         rows = order[bounds[index]:bounds[index + 1]]
-        times, walls = profile.sample_time[rows], profile.sample_wall[rows]
-        stacks = profile.sample_stack[rows]
-        name = info.name or f"thread {tid}"
-        trace.meta("thread_name", pid, tid, name, 3 * index)
-
-        first, starts, ends = _runs(stacks, times, walls)
-        paths = [all_frames[s] if s >= 0 else () for s in stacks[first].tolist()]
-        nested_spans(starts.tolist(), ends.tolist(), paths,
-                     lambda f, a, b: trace.span(pid, tid, "stack", labels[f], a, b))
-
-        scope_keys = scope_of_stack[stacks + 1]
-        if np.any(scope_keys):
-            scope_tid, next_tid = next_tid, next_tid + 1
-            trace.meta("thread_name", pid, scope_tid, f"{name}: layers and scopes", 3 * index + 1)
-            first, starts, ends = _runs(scope_keys, times, walls)
-            nested_spans(starts.tolist(), ends.tolist(), [scope_list[k] for k in scope_keys[first].tolist()],
-                         lambda f, a, b: trace.span(pid, scope_tid, "layer", labels[f], a, b))
-
-        if sample_phase is not None and len(rows):
-            phase_tid, next_tid = next_tid, next_tid + 1
-            trace.meta("thread_name", pid, phase_tid, f"{name}: phases", 3 * index + 2)
-            phases = np.asarray(sample_phase)[rows]
-            first, starts, ends = _runs(phases, times, walls)
-            for ph, a, b in zip(phases[first].tolist(), starts.tolist(), ends.tolist()):
-                if ph >= 0:
-                    trace.span(pid, phase_tid, "phase", phase_names[ph], a, b)
+        if not len(rows):
+            continue
+        pid, tid, name = info.pid, info.tid, info.name or f"thread {info.tid}"
+        times, walls, nodes = profile.sample_time[rows], profile.sample_wall[rows], profile.sample_stack[rows] + 1
+        w.meta("thread_name", pid, tid, name, 3 * index)
+        first, starts, ends = _runs(nodes, times, walls)
+        w.walk(pid, tid, stacks, nodes[first], starts, ends)
+        scope_nodes = scope_of_stack[nodes]
+        if scope_nodes.any():
+            w.meta("thread_name", pid, next_tid, f"{name}: layers and scopes", 3 * index + 1)
+            first, starts, ends = _runs(scope_nodes, times, walls)
+            w.walk(pid, next_tid, scopes, scope_nodes[first], starts, ends)
+            next_tid += 1
+        if sample_phase is not None:
+            w.meta("thread_name", pid, next_tid, f"{name}: phases", 3 * index + 2)
+            phase_nodes = np.asarray(sample_phase, dtype=np.int64)[rows] + 1
+            first, starts, ends = _runs(phase_nodes, times, walls)
+            w.walk(pid, next_tid, phases, phase_nodes[first], starts, ends)
+            next_tid += 1
 
     step_tids: dict[int, int] = {}
     for number, (thread, start, end) in enumerate(steps):
         pid = profile.threads[thread].pid if 0 <= thread < len(profile.threads) else main_pid
         if pid not in step_tids:
             step_tids[pid], next_tid = next_tid, next_tid + 1
-            trace.meta("thread_name", pid, step_tids[pid], "steps", -1)
-        trace.span(pid, step_tids[pid], "step", f"step {number}", start, end)
-
+            w.meta("thread_name", pid, step_tids[pid], "steps", -1)
+        w.lines([f'{{"ph":"X","cat":"step","name":"step {number}","pid":{pid},"tid":{step_tids[pid]},'
+                 f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}'])
     for key, (title, scale) in _COUNTERS.items():
         if key in profile.counters:
             times, values = profile.counters[key]
-            for t, v in zip(times.tolist(), values.tolist()):
-                trace.counter(main_pid, title, t, v * scale)
-
-    meta = json.dumps({"source": "flameprof", "argv": profile.meta.get("argv"),
-                       "start_time": profile.meta.get("start_time")})
-    return '{"displayTimeUnit":"ms","otherData":' + meta + ',"traceEvents":[\n' + ",\n".join(trace.events) + "\n]}"
+            w.lines([f'{{"ph":"C","name":"{title}","pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
+                     for t, v in zip(times.tolist(), values.tolist())])
+    out.write("\n]}\n")

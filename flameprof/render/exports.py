@@ -24,7 +24,7 @@ def write_exports(profile: "Profile", base: str, options: "OutputOptions") -> li
     """Write each of ``options.formats`` to ``base + suffix``; returns the paths."""
     from ..analyze.breakdown import analyze
     from ..analyze.phases import LEAF_PHASES
-    from ..outputs import write_bytes, write_text
+    from ..outputs import atomic_file, write_bytes, write_text
 
     analysis = analyze(profile, mode=options.mode) if set(options.formats) & {"chrome", "pprof", "html"} else None
     paths = []
@@ -35,9 +35,10 @@ def write_exports(profile: "Profile", base: str, options: "OutputOptions") -> li
 
             write_text(path, render_speedscope(profile, options.mode, options.title))
         elif name == "chrome":
-            from .chrome_trace import render_chrome_trace
+            from .chrome_trace import write_chrome_trace
 
-            write_text(path, render_chrome_trace(profile, analysis.sample_phase, LEAF_PHASES, step_spans(analysis)))
+            with atomic_file(path) as fh:
+                write_chrome_trace(profile, fh, analysis.sample_phase, LEAF_PHASES, step_spans(analysis))
         elif name == "pprof":
             from .pprof import render_pprof
 
