@@ -17,6 +17,7 @@ from .backend import SamplerBase
 
 MAX_DEPTH = 1024
 _FLAMEPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_EXAMPLES_DIR = _FLAMEPROF_DIR + "examples" + os.sep  # shipped user code (flameprof demo): sampled as such
 _SKIP = -1
 _BOUNDARY = -2
 
@@ -54,7 +55,7 @@ class _ThreadState:
 def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
     """The builder frame id of ``code``: ``_SKIP`` for flameprof's own frames, ``_BOUNDARY`` for the runner's."""
     filename = code.co_filename
-    if filename.startswith(_FLAMEPROF_DIR):
+    if filename.startswith(_FLAMEPROF_DIR) and not filename.startswith(_EXAMPLES_DIR):
         return _BOUNDARY if code in boundary_codes else _SKIP
     name = getattr(code, "co_qualname", code.co_name)
     return builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
