@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import FlameprofError
-from .options import add_render_options
+from .options import add_render_options, output_options
 
 FOLDED_SUFFIXES = (".folded", ".collapsed")
 
@@ -34,6 +34,8 @@ def render(args: argparse.Namespace) -> int:
         raise FlameprofError(f"--minwidth must be 0 or more, not {args.minwidth:g}")
     if args.view not in VIEWS:
         raise FlameprofError(f"unknown view {args.view!r} (expected one of {', '.join(VIEWS)})")
+    if args.formats and args.output == "-":
+        raise FlameprofError("--format writes files next to -o OUT, so OUT cannot be - (stdout)")
     profile = load_input(args.input, strict=True)
     if args.output.endswith(FOLDED_SUFFIXES):
         from ..render.folded import folded_lines
@@ -52,4 +54,9 @@ def render(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"flameprof: wrote {args.output} ({os.path.getsize(args.output) / 1e3:.0f} kB)", file=sys.stderr)
+    if args.formats:
+        from ..render.exports import write_exports
+
+        for path in write_exports(profile, os.path.splitext(args.output)[0], output_options(args)):
+            print(f"flameprof: wrote {path}", file=sys.stderr)
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import colorsys
 import zlib
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -49,6 +51,18 @@ def escape(text: str) -> str:
     return text.translate(_ESCAPE)
 
 
+@dataclass
+class Paint:
+    """Colours and tooltip notes a caller chooses instead of colouring by kind of code (the differential
+    graph does): per node of the tree being drawn, a CSS class and a tooltip line; the CSS rules for
+    those classes; and the legend entries as (class, text)."""
+
+    classes: list[str]
+    notes: list[str]
+    css: str
+    legend: list[tuple[str, str]]
+
+
 def render_svg(profile: Profile, *, mode: str = "wall", view: str = "code", title: str | None = None,
                minwidth: float = 0.1, icicle: bool = False) -> str:
     """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``."""
@@ -58,8 +72,10 @@ def render_svg(profile: Profile, *, mode: str = "wall", view: str = "code", titl
     return tree_svg(tree, title=title, subtitle=_subtitle(tree, mode, view), minwidth=minwidth, icicle=icicle)
 
 
-def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float = 0.1, icicle: bool = False) -> str:
-    """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out."""
+def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float = 0.1, icicle: bool = False,
+             paint: Callable[[CallTree], Paint] | None = None) -> str:
+    """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out.
+    ``paint`` is called with the tree as drawn (after that pruning) and decides colours and notes."""
     total = float(tree.total[0])
     inner = WIDTH - 2 * XPAD
     if total > 0:
@@ -74,17 +90,25 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
     frames_h = levels * FRAME_H
     height = TOP + frames_h + BOTTOM
     y = depth * FRAME_H if icicle else (levels - 1 - depth) * FRAME_H
-    classes, used = _classes(tree)
-
-    node_class = [classes[f] if f >= 0 else "r" for f in tree.frame[shown].tolist()]
+    if paint is None:
+        classes, used = _classes(tree)
+        node_class = [classes[f] if f >= 0 else "r" for f in tree.frame[shown].tolist()]
+        entries = [(f"{_KINDS[k][0]}1", _NAMES[k]) for k in used]
+        css, notes = _css(used), None
+    else:
+        painted = paint(tree)
+        node_class = [painted.classes[i] for i in shown.tolist()]
+        css, entries = _BASE_CSS + painted.css, painted.legend
+        notes = [f' d="{escape(painted.notes[i])}"' for i in shown.tolist()]
     label_list = [tree.label(i) for i in shown.tolist()]
     names = [escape(t) for t in label_list]
     counted = tree.unit == "count"
     counts = [_number(v) for v in (tree.total if counted else tree.samples)[shown].tolist()]
     xs, ws, ys = left[shown].tolist(), width[shown].tolist(), y.tolist()
-    rects = [f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"/>'
-             for x, yy, w, c, n, s in zip(xs, ys, ws, node_class, names, counts)]
+    rects = [f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"{d}/>'
+             for x, yy, w, c, n, s, d in zip(xs, ys, ws, node_class, names, counts, notes or [""] * len(xs))]
     labels = _labels(xs, ws, ys, label_list)
+    legend = _legend(entries, TOP + frames_h + 22)
 
     config = (f"var UNITS={UNITS},TOTAL={total!r},COUNT={int(counted)},ICICLE={int(icicle)},FX={XPAD},"
               f"FY={TOP},FW={inner},FH={frames_h},DH={FRAME_H},CW={CHAR_W},WIDTH={WIDTH},HEIGHT={height};")
@@ -92,7 +116,7 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n',
         f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}">\n',
-        "<style>", _css(used), "</style>\n",
+        "<style>", css, "</style>\n",
         f'<rect width="{WIDTH}" height="{height}" fill="#f7f7f4"/>\n',
         f'<text id="title" x="{WIDTH // 2}" y="24" text-anchor="middle">{escape(title)}</text>\n',
         f'<text id="sub" x="{WIDTH // 2}" y="42" text-anchor="middle">{escape(subtitle)}</text>\n',
@@ -102,7 +126,7 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
         f'viewBox="0 0 {UNITS} {frames_h}" preserveAspectRatio="none">\n',
         "\n".join(rects), "\n</svg>\n",
         '<g id="l">', "".join(labels), "</g>\n",
-        _legend(used, TOP + frames_h + 22),
+        legend,
         f'<text id="matched" x="{WIDTH - XPAD}" y="{TOP + frames_h + 22}" text-anchor="end"> </text>\n',
         '<g id="tip" visibility="hidden"><rect rx="3" ry="3"/><text><tspan id="t1" x="0" dy="0"/>'
         '<tspan id="t2" x="0" dy="15"/><tspan id="t3" x="0" dy="15"/></text></g>\n',
@@ -146,12 +170,16 @@ def _classes(tree: CallTree) -> tuple[list[str], list[str]]:
     return classes, [k for k in CATEGORIES if k in present]
 
 
+_BASE_CSS = "".join([
+    "text{font-family:Verdana,sans-serif;font-size:12px;fill:#000}#title{font-size:17px}#sub{fill:#666}",
+    ".btn{cursor:pointer;fill:#36c}#l,#tip{pointer-events:none}",
+    "#f rect{stroke:#fff;stroke-width:.5px;vector-effect:non-scaling-stroke;cursor:pointer}",
+    "#f rect:hover{stroke:#000;stroke-width:1px}#f .an{opacity:.55}#f .hl{fill:#e03ce0}",
+    "#tip rect{fill:#fffff0;stroke:#888}.r{fill:#c8c8c8}"])
+
+
 def _css(used: list[str]) -> str:
-    rules = ["text{font-family:Verdana,sans-serif;font-size:12px;fill:#000}#title{font-size:17px}#sub{fill:#666}",
-             ".btn{cursor:pointer;fill:#36c}#l,#tip{pointer-events:none}",
-             "#f rect{stroke:#fff;stroke-width:.5px;vector-effect:non-scaling-stroke;cursor:pointer}",
-             "#f rect:hover{stroke:#000;stroke-width:1px}#f .an{opacity:.55}#f .hl{fill:#e03ce0}",
-             "#tip rect{fill:#fffff0;stroke:#888}.r{fill:#c8c8c8}"]
+    rules = [_BASE_CSS]
     for kind in used:
         letter, hue, sat, light = _KINDS[kind]
         for shade in range(SHADES):
@@ -160,12 +188,12 @@ def _css(used: list[str]) -> str:
     return "".join(rules)
 
 
-def _legend(used: list[str], y: int) -> str:
+def _legend(entries: list[tuple[str, str]], y: int) -> str:
+    """Legend swatches: (CSS class, text) pairs in a row."""
     out, x = ['<g id="legend">'], XPAD
-    for kind in used:
-        name = _NAMES[kind]
-        out.append(f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{_KINDS[kind][0]}1"/>'
-                   f'<text x="{x + 14}" y="{y}">{name}</text>')
+    for cls, name in entries:
+        out.append(f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{cls}"/>'
+                   f'<text x="{x + 14}" y="{y}">{escape(name)}</text>')
         x += 14 + CHAR_W * len(name) + 16
     out.append("</g>\n")
     return "".join(out)
@@ -191,7 +219,7 @@ _SCRIPT = r"""
   var NS = "http://www.w3.org/2000/svg", doc = document;
   var F = doc.getElementById("f"), L = doc.getElementById("l"), tip = doc.getElementById("tip");
   var resetBtn = doc.getElementById("reset"), searchBtn = doc.getElementById("search");
-  var matched = doc.getElementById("matched"), root = doc.documentElement;
+  var matched = doc.getElementById("matched"), root = F.ownerSVGElement;  // also when inlined in HTML
   var KINDS = {u: "your code", l: "library", t: "PyTorch", s: "standard library", n: "native", c: "scope",
                y: "layer", p: "process/thread", m: "marker", r: "all samples"};
   var R = F.getElementsByTagName("rect"), n = R.length;
@@ -292,7 +320,7 @@ _SCRIPT = r"""
     var value = COUNT ? count(s) + " samples (" + pct + ")"
                       : seconds(share * TOTAL) + " (" + pct + "), " + count(s) + " samples";
     var kind = R[i].getAttribute("class").charAt(0);
-    return [N[i], value, KINDS[kind] || ""];
+    return [N[i], value, R[i].getAttribute("d") || KINDS[kind] || ""];
   }
 
   function showTip(i, evt) {
