@@ -46,20 +46,17 @@ BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     ("data.wait", f"{_DL}:*._try_get_data"),
     ("data.wait", f"{_DL}:_MultiProcessingDataLoaderIter.__init__"),
     ("data.wait", f"{_DL}:*._shutdown_workers"),
-    # Producing a batch in this process: the iterator itself, dataset fetch, collate, pinning.
-    ("data.fetch", f"{_DL}:*.__next__"),
-    ("data.fetch", f"{_DL}:DataLoader.__iter__"),
-    ("data.fetch", "torch/utils/data/_utils/fetch.py:*"),
-    ("data.fetch", "torch/utils/data/_utils/collate.py:*"),
-    ("data.fetch", "torch/utils/data/_utils/pin_memory.py:pin_memory"),
+    # Producing a batch in this process: anything else of torch.utils.data (iterator, sampler,
+    # fetch, collate, pinning) and so the Dataset and transforms it calls.
+    ("data.fetch", "torch/utils/data/*:*"),
     # Backward: autograd entry points and per-layer backward frames (``<path> (backward)``).
     ("backward", "torch/_tensor.py:Tensor.backward"),
     ("backward", "torch/autograd/__init__.py:backward"),
     ("backward", "torch/autograd/__init__.py:grad"),
     ("backward", "* (backward)"),
-    # Optimizer: step and zero_grad of any torch optimizer, LR schedulers, AMP scaler, clipping.
-    ("optimizer", "torch/optim/*.py:*.step"),
-    ("optimizer", "torch/optim/*.py:*.zero_grad"),
+    # Optimizer: anything in torch.optim (step, zero_grad, their hook wrappers, LR schedulers), the AMP
+    # scaler's step/unscale/update and gradient clipping.
+    ("optimizer", "torch/optim/*:*"),
     ("optimizer", "torch/amp/grad_scaler.py:GradScaler.step"),
     ("optimizer", "torch/amp/grad_scaler.py:GradScaler.unscale_"),
     ("optimizer", "torch/amp/grad_scaler.py:GradScaler.update"),

@@ -17,6 +17,7 @@ import numpy as np
 from ..analyze.advice import HIGHLY, MODERATELY, basis_seconds, judge
 from ..analyze.breakdown import Analysis, Row, analyze
 from ..analyze.phases import LEAF_PHASES, PHASES, Rule
+from ..analyze.processes import processes_report
 from ..model import Profile
 
 FORMATS = ("text", "markdown", "json")
@@ -67,9 +68,10 @@ def _steps(analysis: Analysis) -> dict:
         "count": steps.count,
         "warmup": {"count": steps.warmup, "seconds": _r(walls[:steps.warmup].sum())},
         "steady": stats,
-        "per_step": [{"start": _r(steps.bounds[i]), "wall": _r(walls[i]), "warmup": i < steps.warmup,
-                      "phases": {p: _r(steps.phase_seconds[i, j]) for j, p in enumerate(LEAF_PHASES)}}
-                     for i in range(steps.count)],
+        "per_step": [{"start": start, "wall": wall, "warmup": i < steps.warmup, "phases": dict(zip(LEAF_PHASES, row))}
+                     for i, (start, wall, row) in enumerate(zip(np.round(steps.bounds[:-1], 6).tolist(),
+                                                                np.round(walls, 6).tolist(),
+                                                                np.round(steps.phase_seconds, 6).tolist()))],
     }
 
 
@@ -96,6 +98,7 @@ def report_data(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall"
                     "data_percent": _r(100 * verdict.data_share), "basis": verdict.basis, "text": verdict.text,
                     "thresholds": {"highly": 100 * HIGHLY, "moderately": 100 * MODERATELY},
                     "advice": verdict.advice},
+        "processes": processes_report(profile, rules),
     }
 
 
@@ -143,6 +146,8 @@ def format_text(data: dict, top: int = TOP) -> str:
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
     out += ["", f"verdict: {data['verdict']['text']}"]
     out += [f"  - {a}" for a in data["verdict"]["advice"]]
+    if data["processes"]:
+        out += ["", "processes:"] + [f"  {line}" for line in data["processes"]["lines"]]
     layers = data["layers"]
     if layers:
         for key in ("self", "total"):
@@ -168,6 +173,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
            f"- steps: {steps_line(data['steps'])}", "",
            f"**Verdict: {_md(data['verdict']['text'])}**", ""]
     out += [f"- {_md(a)}" for a in data["verdict"]["advice"]]
+    if data["processes"]:
+        out += ["", "## Processes", ""] + [f"- {_md(line)}" for line in data["processes"]["lines"]]
     out += ["", "## Phases", "", "| phase | time | % of run | % of steady steps |", "| --- | ---: | ---: | ---: |"]
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     for name, secs, pct, st in phase_lines(data["phases"], steady):
