@@ -211,6 +211,7 @@ typedef struct {
     double busy;
     uint64_t dropped;          /* rows lost: thread index beyond uint16 */
     int sampling;              /* a sample is in progress (reentrancy guard) */
+    int stale;                 /* the code and hook caches must be rebuilt */
 } Sampler;
 
 static double
@@ -631,6 +632,14 @@ take_sample(Sampler *s, unsigned long exclude)
     if (s->sampling)  /* a callback of this sample let another thread in: skip, do not corrupt it */
         return 0;
     s->sampling = 1;
+    if (s->stale) {
+        s->stale = 0;
+        map_clear(&s->codes);
+        map_clear(&s->hook_cache);
+        map_clear(&s->object_frames);
+        if (PyList_SetSlice(s->held, 0, PyList_GET_SIZE(s->held), NULL) < 0)
+            PyErr_Clear();
+    }
     double start = monotonic();
     int failed = walk_threads(s, exclude) < 0;
     double now = monotonic();
@@ -990,15 +999,11 @@ Sampler_mark_start(Sampler *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* Forget cached code and hook results (hooks or boundary codes changed). */
+/* Hooks or boundary codes changed: forget cached code and hook results before the next sample. */
 static PyObject *
 Sampler_invalidate(Sampler *s, PyObject *unused)
 {
-    map_clear(&s->codes);
-    map_clear(&s->hook_cache);
-    map_clear(&s->object_frames);
-    if (PyList_SetSlice(s->held, 0, PyList_GET_SIZE(s->held), NULL) < 0)
-        return NULL;
+    s->stale = 1;
     Py_RETURN_NONE;
 }
 
@@ -1106,7 +1111,7 @@ static PyMethodDef Sampler_methods[] = {
     {"sample", (PyCFunction)Sampler_sample, METH_VARARGS,
      "sample(exclude=0): one sample of every thread but the one whose ident is exclude"},
     {"mark_start", (PyCFunction)Sampler_mark_start, METH_NOARGS, "the previous-tick time is now"},
-    {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results"},
+    {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results before the next sample"},
     {"reset_threads", (PyCFunction)Sampler_reset_threads, METH_NOARGS, "forget all threads (after fork)"},
     {"columns", (PyCFunction)Sampler_columns, METH_NOARGS, "the recorded rows as bytes columns"},
     {"start_clock", (PyCFunction)Sampler_start_clock, METH_VARARGS,

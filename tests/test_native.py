@@ -205,14 +205,16 @@ def test_frame_hook_inserts_a_frame_and_native_caches_it_per_self():
     assert counts["native"] == {id(a): 1, id(b): 1}  # cached by (code, self): no call per sample
 
 
-def test_hooks_added_after_sampling_began_take_effect():
+def test_hooks_added_while_the_clock_runs_take_effect():
     with Parked(depth=1, name="late"):
-        sampler = NativeSampler(ProfileBuilder())
-        sampler.sample()
+        sampler = NativeSampler(ProfileBuilder(), rate=500)
+        sampler.start()
+        time.sleep(0.1)
         sampler.frame_hooks[Parked.target.__code__] = lambda frame: Frame("late-layer", kind="layer")
-        sampler.sample()
-        stacks = list(stacks_by_thread(sampler.builder)["late"])
-    assert sorted("late-layer" in s for s in stacks) == [False, True]
+        time.sleep(0.1)
+        sampler.stop()
+        stacks = stacks_by_thread(sampler.builder)["late"]
+    assert {"late-layer" in s for s in stacks} == {False, True}
 
 
 def test_own_frames_are_skipped_and_boundary_drops_everything_rootward():

@@ -30,7 +30,6 @@ class NativeSampler(SamplerBase):
 
     def __init__(self, builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> None:
         super().__init__(builder, rate, pid)
-        self._dirty = False
         self._c = _native.Sampler(
             resolve_code=lambda code: code_frame_id(builder, self.boundary_codes, code),
             resolve_stack=builder.stack_id,
@@ -45,13 +44,10 @@ class NativeSampler(SamplerBase):
         builder.sample_stores.append(self)
 
     def sample(self, exclude: int | None = None) -> None:
-        if self._dirty:
-            self._dirty = False
-            self._c.invalidate()
         self._c.sample(exclude or 0)
 
     def _tables_changed(self) -> None:
-        self._dirty = True  # applied by the sampling thread before its next sample
+        self._c.invalidate()  # applied at the start of the next sample, on whichever thread takes it
 
     def _mark_start(self) -> None:
         self._c.mark_start()
