@@ -32,7 +32,8 @@ def spin_here():
 def state(*_):
     names = sorted(t.name for t in threading.enumerate())
     handlers = [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)]
-    print("state", names, handlers, sorted(globals()), sys.path[:3], flush=True)
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "torch"))
+    print("state", names, handlers, sorted(globals()), sys.path[:3], heavy, flush=True)
 
 signal.signal(signal.SIGUSR1, state)
 signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
@@ -130,7 +131,7 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
         assert target.proc.poll() is None
     ticks = len(target.wait_for("tick"))
     target.wait_for("tick", ticks + 2)  # still running
-    assert target.state(2) == before  # threads, signal handlers, __main__ globals, sys.path
+    assert target.state(2) == before  # threads, signal handlers, __main__ globals, sys.path, no numpy
     lines = [line for line in target.lines() if line.startswith("tick")]
     assert lines == [f"tick {i}" for i in range(1, len(lines) + 1)]
     assert all(line.startswith(("ready", "tick", "state")) for line in target.lines())
@@ -182,18 +183,26 @@ def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
     assert target.proc.poll() is None
 
 
-def test_target_exiting_during_attach_keeps_the_samples_so_far(target, tmp_path):
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, how):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=REPO)
     proc = subprocess.Popen(flameprof_cmd("attach", target.pid, "--duration", "60", "-q", "-o", str(out)),
                             stderr=subprocess.PIPE, text=True, env=env)
     assert "profiling process" in proc.stderr.readline()
-    time.sleep(0.5)
-    target.proc.send_signal(signal.SIGUSR2)  # the target ends itself with sys.exit(0)
+    if how == "exit":  # the target ends itself with sys.exit(0): its atexit handlers run
+        time.sleep(0.5)
+        target.proc.send_signal(signal.SIGUSR2)
+    else:  # nothing runs in the target: what the agent wrote last (every 2 s) is kept
+        part = os.path.join(tempfile.gettempdir(), "flameprof-attach-*", f"part-*-{target.pid}.flameprof")
+        deadline = time.monotonic() + 30
+        while not glob.glob(part) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        target.proc.kill()
     assert proc.wait(timeout=30) == 0
-    assert "exited during the attach" in proc.stderr.read()
+    assert ("exited during the attach" if how == "exit" else "ended abruptly") in proc.stderr.read()
     assert "spin_here" in functions(storage.load(out / "profile.flameprof"))
-    assert target.proc.wait(timeout=10) == 0
+    assert target.proc.wait(timeout=10) == (0 if how == "exit" else -signal.SIGKILL)
 
 
 @pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
@@ -233,25 +242,39 @@ def test_subprocesses_covers_the_children(tmp_path):
         parent.wait()
 
 
-def test_target_without_numpy_falls_back_to_pyspy(tmp_path):
-    python = os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python3.12")
+@pytest.mark.parametrize("version", ["3.12.1", "3.10.13"])
+def test_inject_into_other_python_versions(tmp_path, version):
+    """These pyenv interpreters have no numpy: the agent must not need it."""
+    python = os.path.expanduser(f"~/.pyenv/versions/{version}/bin/python{version[:version.rindex('.')]}")
     if not os.path.exists(python):
-        pytest.skip("no Python 3.12 in ~/.pyenv")
-    if subprocess.run([python, "-c", "import numpy"], capture_output=True).returncode == 0:
-        pytest.skip("this Python 3.12 has numpy")
+        pytest.skip(f"no Python {version} in ~/.pyenv")
     t = Target(tmp_path, python=python)
     try:
         before = t.state(1)
-        proc = run_flameprof("attach", t.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"))
+        proc = run_flameprof("attach", t.pid, "--duration", "0.5", "-q", "-o", str(tmp_path / "out"))
         assert proc.returncode == 0, proc.stderr
-        assert "cannot import numpy" in proc.stderr and "using py-spy instead" in proc.stderr
         profile = storage.load(tmp_path / "out" / "profile.flameprof")
-        assert profile.meta["backend"] == "py-spy" and "spin_here" in functions(profile)
+        assert profile.meta["backend"] == "inject" and profile.meta["python"] == version
+        assert "spin_here" in functions(profile)
         assert t.state(2) == before
         t.stderr.seek(0)
         assert t.stderr.read() == ""
     finally:
         t.close()
+
+
+def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "py-spy").symlink_to(shutil.which("py-spy"))
+    proc = run_flameprof("attach", target.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"),
+                         env={"PATH": str(bin_dir)})
+    assert proc.returncode == 0, proc.stderr
+    assert "gdb is not installed" in proc.stderr and "using py-spy instead" in proc.stderr
+    assert storage.load(tmp_path / "out" / "profile.flameprof").meta["backend"] == "py-spy"
+    (bin_dir / "py-spy").unlink()
+    assert_one_error_line(run_flameprof("attach", target.pid, "--duration", "1", "-o", str(tmp_path / "out"),
+                                        env={"PATH": str(bin_dir)}), "gdb is not installed", "py-spy")
 
 
 def test_no_such_process(tmp_path):

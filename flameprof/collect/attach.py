@@ -10,10 +10,11 @@ How (the CLI side; ``attach_agent`` is the side inside the target):
    detaches. gdb runs nothing else in the target. The interpreter runs pending calls in the main
    thread between bytecodes, so the bootstrap starts at a safe point; it only starts the agent
    thread, catching everything, and binds no name in ``__main__``. The page (4 KiB) stays mapped.
-3. The agent connects, samples, and on "stop" (or when the CLI disappears, or at the target's
-   exit) writes ``profile.flameprof`` into the channel with mode 0600.
-4. The CLI loads it with ``storage.loads`` (zip of JSON and ``.npy`` without pickle) from a file
-   opened without following symlinks; nothing the target writes is ever executed.
+3. The agent connects, samples, writes its part file (``parts.py``, mode 0600) into the channel
+   every few seconds and a last time on "stop" (or when the CLI disappears, or at the target's
+   exit).
+4. The CLI loads the part with ``storage.loads`` (zip of JSON and ``.npy`` without pickle) from a
+   file opened without following symlinks; nothing the target writes is ever executed.
 
 Paths are put into the bootstrap with ``ascii()``, which yields a Python literal that evaluates to
 the same string whatever it contains, so no path can inject code.
@@ -30,10 +31,12 @@ import struct
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
-from .attach_agent import MAX_LINE, PROFILE_NAME, SOCKET_NAME
+from .attach_agent import FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME
+from .parts import part_files
 from .target_process import TargetProcess, alive, explain_ptrace_failure
 
 if TYPE_CHECKING:
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 GDB_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
-START_TIMEOUT = 60.0     # the agent imports flameprof (and numpy) in the target
+START_TIMEOUT = 60.0     # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
 BOOTSTRAP_ERROR = "bootstrap-error.txt"
 
@@ -269,7 +272,7 @@ def record(target: TargetProcess, duration: float | None, rate: float, mode: str
     """
     gdb = shutil.which("gdb")
     if gdb is None:
-        raise InjectUnavailable("gdb is not installed (install it, e.g. apt install gdb)")
+        raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
     with Channel(target) as channel:
         _run_gdb(gdb, target, channel)
         conn = channel.accept(CONNECT_TIMEOUT)
@@ -301,15 +304,18 @@ def record(target: TargetProcess, duration: float | None, rate: float, mode: str
                 except OSError:
                     pass
                 saved = _next_of(events, SAVE_TIMEOUT)
-        if saved is None or saved.get("event") != "saved":
-            if saved is not None and saved.get("event") == "error":
-                raise FlameprofError(str(saved.get("message", "the agent failed"))[:300])
-            if not alive(target.pid):
-                raise FlameprofError(f"process {target.pid} exited before its profile could be saved")
+        if saved is not None and saved.get("event") == "error":
+            raise FlameprofError(str(saved.get("message", "the agent failed"))[:300])
+        if saved is not None and saved.get("event") == "saved":
+            if saved.get("reason") == "exit":
+                note(f"process {target.pid} exited during the attach; saved the samples taken so far")
+            return _load(channel, target)
+        if alive(target.pid):
             raise FlameprofError(f"the agent in process {target.pid} did not hand back a profile")
-        if saved.get("reason") == "exit":
-            note(f"process {target.pid} exited during the attach; saved the samples taken so far")
-        return _load(channel, target)
+        profile = _load(channel, target, missing=f"process {target.pid} exited before its profile could be saved")
+        note(f"process {target.pid} ended abruptly during the attach; saved the samples up to its last "
+             f"flush (every {FLUSH_INTERVAL:g} s)")
+        return profile
 
 
 def _next_of(events: _Events, timeout: float) -> dict | None:
@@ -337,13 +343,36 @@ def _wait(events: _Events, duration: float | None) -> dict | None:
     return None
 
 
-def _load(channel: Channel, target: TargetProcess) -> "Profile":
+def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profile":
+    """The part the agent wrote, without the agent's own thread (idle in a read)."""
     from .. import storage
 
-    data = channel.read_private(PROFILE_NAME, 1 << 31)
+    name = f"-{target.pid}.flameprof"
+    paths = [p for p in part_files(channel.path) if p.endswith(name)]
+    data = channel.read_private(os.path.basename(paths[0]), 1 << 31) if paths else None
     if not data:
-        raise FlameprofError(f"the agent in process {target.pid} wrote no profile")
+        raise FlameprofError(missing or f"the agent in process {target.pid} wrote no profile")
     profile = storage.loads(data, f"profile from process {target.pid}")
-    profile.meta["collector"] = "attach"
-    profile.meta["backend"] = "inject"
+    agent_tid = profile.meta.pop("agent_tid", None)
+    if isinstance(agent_tid, int):
+        profile = _without_thread(profile, target.pid, agent_tid)
+    profile.meta.update(collector="attach", backend="inject")
+    return profile
+
+
+def _without_thread(profile: "Profile", pid: int, tid: int) -> "Profile":
+    """``profile`` without the samples and the entry of thread ``(pid, tid)``."""
+    import numpy as np
+
+    drop = [i for i, t in enumerate(profile.threads) if t.pid == pid and t.tid == tid]
+    if not drop:
+        return profile
+    index = drop[0]
+    keep = profile.sample_thread != index
+    for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
+        setattr(profile, name, getattr(profile, name)[keep])
+    remap = np.arange(len(profile.threads)) - (np.arange(len(profile.threads)) > index)
+    profile.sample_thread = remap[profile.sample_thread].astype(np.int32)
+    profile.threads = [t for i, t in enumerate(profile.threads) if i != index]
+    profile.marks = [replace(m, thread=int(remap[m.thread])) for m in profile.marks if m.thread != index]
     return profile

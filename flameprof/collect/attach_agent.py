@@ -2,11 +2,13 @@
 
 The debugger queues a tiny bootstrap as a pending call, so the interpreter runs it in the main
 thread at a safe point between bytecodes; the bootstrap only starts a thread running ``serve``.
-``serve`` connects back to the CLI's unix socket in the private channel directory, samples with
-the ordinary :class:`~flameprof.profiler.Profiler` (so the profile has the same layer scopes and
-phases as ``flameprof run``) until the CLI says stop, the connection closes or the interpreter
-exits, writes the profile into the channel (mode 0600) and returns: no thread, hook or handler of
-flameprof is left in the target, only its imported (inert) modules.
+``serve`` connects back to the CLI's unix socket in the private channel directory and samples with
+the process-wide profiling session (the one ``Profiler`` and ``flameprof run`` use, so the profile
+has the same layer frames, marks and counters). It writes the samples into a part file in the
+channel (``parts.PartWriter``: no numpy needed, so any 3.10-3.13 interpreter can be profiled) every
+few seconds, so a killed target still leaves most of them, and a last time when the CLI says stop,
+the connection closes or the interpreter exits. Then it releases the session: no thread, hook or
+handler of flameprof is left in the target, only its imported (inert) modules.
 
 Nothing here may raise into the target or write to its stdout/stderr.
 """
@@ -19,11 +21,10 @@ import os
 import socket
 import sys
 import threading
-from dataclasses import replace
 
 SOCKET_NAME = "control.sock"
-PROFILE_NAME = "profile.flameprof"
 CONNECT_TIMEOUT = 5.0
+FLUSH_INTERVAL = 2.0   # seconds between part writes while profiling
 MAX_LINE = 65536
 
 
@@ -33,7 +34,6 @@ def serve(channel: str) -> None:
     try:
         sock.settimeout(CONNECT_TIMEOUT)
         sock.connect(os.path.join(channel, SOCKET_NAME))
-        sock.settimeout(None)
         _Agent(sock, channel).run()
     except Exception:  # the CLI went away or the channel is gone: leave the target alone
         pass
@@ -41,14 +41,27 @@ def serve(channel: str) -> None:
         sock.close()
 
 
+def _quiet_session_start() -> None:
+    """Keep the session's start from writing to the target's stderr or adding a thread entry."""
+    from . import backend
+
+    try:  # the CPU/RSS counters import psutil at their first tick; on the C sampler's clock thread
+        import psutil  # noqa: F401  that import would leave a _DummyThread in threading's table
+    except ImportError:
+        pass
+    if not backend.native_available():  # e.g. built for another Python: the Python sampler, silently
+        backend._warned = True
+
+
 class _Agent:
     def __init__(self, sock: socket.socket, channel: str) -> None:
         self.sock = sock
         self.channel = channel
         self.lock = threading.Lock()
-        self.profiler = None
-        self.finished = False
         self.tid = threading.get_native_id()
+        self.writer = None
+        self.finished = False
+        self.t_start = 0.0
 
     def send(self, **event: object) -> None:
         try:
@@ -56,61 +69,68 @@ class _Agent:
         except OSError:
             pass
 
+    def read_line(self) -> bytes | None:
+        """The CLI's next line; None when FLUSH_INTERVAL passes first; b"" when the CLI is gone."""
+        data = b""
+        while not data.endswith(b"\n") and len(data) < MAX_LINE:
+            try:
+                chunk = self.sock.recv(4096)
+            except socket.timeout:
+                if data:
+                    continue
+                return None
+            if not chunk:
+                return data
+            data += chunk
+        return data
+
     def run(self) -> None:
-        reader = self.sock.makefile("rb")
-        config = json.loads(reader.readline(MAX_LINE) or b"{}")
-        try:
-            import numpy  # noqa: F401  (writing a profile needs it; fail now rather than at the end)
-            from ..profiler import Profiler
-            from . import backend
-        except ImportError as exc:
-            self.send(event="error", message=f"the target's Python {sys.version.split()[0]} cannot import "
-                                             f"{exc.name or 'flameprof'}, which the in-process agent needs")
-            return
-        try:  # the CPU/RSS counters import psutil at their first tick, which on the C sampler's clock
-            import psutil  # noqa: F401  thread would leave a _DummyThread in threading's table
-        except ImportError:
-            pass
-        if not backend.native_available():  # e.g. built for another Python: use the Python sampler quietly,
-            backend._warned = True           # since the target's stderr is not flameprof's to write to
-        self.profiler = Profiler(rate=float(config.get("rate", 100.0)), mode=str(config.get("mode", "wall")))
-        self.profiler.start()
+        self.sock.settimeout(None)
+        config = json.loads(self.read_line() or b"{}")
+        from ..profiler import SESSION
+        from .parts import PartWriter
+
+        _quiet_session_start()
+        SESSION.acquire(float(config.get("rate", 100.0)))
+        self.t_start = SESSION.now()
+        self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
         atexit.register(self.finish, "exit")
         self.send(event="started", pid=os.getpid(), python=sys.version.split()[0])
+        self.sock.settimeout(FLUSH_INTERVAL)
         try:
-            reader.readline(MAX_LINE)  # "stop", or end of file when the CLI is gone
+            while self.read_line() is None:  # until "stop", or end of file when the CLI is gone
+                self.flush()
         finally:
             self.finish("stop")
             atexit.unregister(self.finish)
 
+    def flush(self, final: bool = False) -> None:
+        from ..profiler import SESSION, run_metadata
+        from ..records import ProcessInfo
+        from .counters import CPU_PERCENT, RSS_BYTES
+
+        counters = SESSION.counters
+        series = {} if counters is None else {CPU_PERCENT: (counters.times, counters.cpu),
+                                              RSS_BYTES: (counters.times, counters.rss)}
+        sampler = SESSION.sampler
+        meta = dict(run_metadata(), start_time=SESSION.start_time, window_start=self.t_start,
+                    duration=SESSION.now() - self.t_start, rate=1.0 / sampler.interval,
+                    sampler=getattr(sampler, "kind", ""), agent_tid=self.tid)
+        info = ProcessInfo(os.getpid(), "main", meta["host"], " ".join(getattr(sys, "orig_argv", sys.argv)),
+                           os.getppid())
+        self.writer.write(info, meta, series, final)
+
     def finish(self, reason: str) -> None:
-        """Stop sampling and save; runs once, from the control thread or from atexit."""
+        """Stop sampling and write the final part; runs once, from the agent thread or from atexit."""
+        from ..profiler import SESSION
+
         with self.lock:
-            if self.finished or self.profiler is None:
+            if self.finished or self.writer is None:
                 return
             self.finished = True
             try:
-                from .. import storage
-
-                profile = _without_thread(self.profiler.stop(), os.getpid(), self.tid)
-                storage.save(profile, os.path.join(self.channel, PROFILE_NAME))
-                self.send(event="saved", reason=reason, samples=profile.num_samples)
+                SESSION.release()
+                self.flush(final=True)
+                self.send(event="saved", reason=reason)
             except Exception as exc:
                 self.send(event="error", message=f"the agent could not save the profile: {exc}")
-
-
-def _without_thread(profile, pid: int, tid: int):
-    """``profile`` without the samples of thread ``(pid, tid)`` (the agent's own, idle in a read)."""
-    import numpy as np
-
-    drop = [i for i, t in enumerate(profile.threads) if t.pid == pid and t.tid == tid]
-    if not drop:
-        return profile
-    keep = profile.sample_thread != drop[0]
-    for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
-        setattr(profile, name, getattr(profile, name)[keep])
-    remap = np.arange(len(profile.threads)) - (np.arange(len(profile.threads)) > drop[0])
-    profile.sample_thread = remap[profile.sample_thread].astype(np.int32)
-    profile.threads = [t for i, t in enumerate(profile.threads) if i != drop[0]]
-    profile.marks = [replace(m, thread=int(remap[m.thread])) for m in profile.marks if m.thread != drop[0]]
-    return profile

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 from ..errors import FlameprofError
@@ -65,7 +66,10 @@ def attach(args: argparse.Namespace) -> int:
         try:
             profile = inject.record(target, args.duration, args.rate, args.mode, _note)
         except inject.InjectUnavailable as exc:
-            _note(f"cannot inject into process {target.pid} ({exc}); using py-spy instead")
+            if shutil.which("py-spy") is None:
+                raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
+                                     "is not installed (pip install py-spy)") from None
+            _note(f"cannot inject into process {target.pid}: {exc}; using py-spy instead")
     if profile is None:
         from ..collect import pyspy_backend
 
