@@ -18,6 +18,9 @@ def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> st
              f"  duration {duration:.2f} s, {profile.num_samples} samples, {len(profile.threads)} thread(s)"
              + (f", {rate:g} Hz requested" if rate else "")
              + (f", {ticks / duration:.0f} Hz achieved" if ticks and duration else "")]
+    if profile.meta.get("sampler_starved"):
+        lines.append(f"  warning: the sampler achieved {profile.meta.get('achieved_rate', 0):.0f} Hz, under half the "
+                     "requested rate: something held the GIL for long stretches (a long C call) or the machine is busy")
     analysis = analyze(profile, mode=mode, top=TOP)
     data = report_data(profile, mode=mode, analysis=analysis)
     if data["functions"]:
@@ -30,6 +33,8 @@ def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> st
         lines.append(f"  steps: {steps_line(data['steps'])}")
         lines.append(f"  verdict: {data['verdict']['text']}")
         lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]
+    if data["processes"]:
+        lines += [f"  {line}" for line in data["processes"]["lines"]]
     for path in paths:
         lines.append(f"  wrote {path}")
     if analysis.is_deep_learning and any(p.endswith(".flameprof") for p in paths):
