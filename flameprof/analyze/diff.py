@@ -100,7 +100,7 @@ def changes(base: Profile, new: Profile, mode: str = "wall", normalize: bool = F
 
 def largest(items: list[Change], kind: str, limit: int = 10) -> tuple[list[Change], list[Change]]:
     """The ``limit`` largest regressions (growth, largest first) and improvements of ``kind``."""
-    rows = [c for c in items if c.kind == kind]
+    rows = [c for c in items if c.kind == kind and abs(c.delta) > 1e-9 * max(c.base_total, c.new_total)]  # not noise
     grown = sorted((c for c in rows if c.delta > 0), key=lambda c: (-c.delta, c.name))[:limit]
     shrunk = sorted((c for c in rows if c.delta < 0), key=lambda c: (c.delta, c.name))[:limit]
     return grown, shrunk
