@@ -123,7 +123,8 @@ def _merge_threads(profile: Profile, threads: list[ThreadInfo]) -> np.ndarray:
 
 
 def _merge_stacks(profile: Profile, builder: ProfileBuilder, root: int) -> np.ndarray:
-    """Map of ``profile``'s stack ids (shifted by one, so -1 maps at index 0) into ``builder``.
+    """Map of ``profile``'s stack ids (shifted by one: the empty stack -1 is at index 0, and maps to
+    the process's root) into ``builder``.
 
     Only stacks some sample uses (and their ancestors) are taken: a forked child's part carries
     its parent's tables.
@@ -135,7 +136,7 @@ def _merge_stacks(profile: Profile, builder: ProfileBuilder, root: int) -> np.nd
         if used[i] and parents[i] >= 0:
             used[parents[i]] = True
     frames = profile.frames
-    out = np.full(len(parents) + 1, -1, dtype=np.int64)
+    out = np.full(len(parents) + 1, root, dtype=np.int64)
     for i in np.nonzero(used)[0].tolist():
         parent = parents[i]
         frame = builder.frame(frames[int(profile.stack_frame[i])])

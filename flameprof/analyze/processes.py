@@ -1,0 +1,230 @@
+"""Analysis across the processes of a merged profile (see merge.py): what the DataLoader workers did
+while a training loop waited for batches, and each rank's step time and phases, naming the slowest.
+
+A sample's process is its stack's root frame (kind ``process``). A loop process is ``main`` or a
+``rank N``; its workers are the ``dataloader worker N`` processes of the same rank (``rank N:
+dataloader worker M``) or, without ranks, all of them. The loop and its steps come from
+``steps.py`` on the loop process's own samples, so the phase rules are the same as everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..model import Profile
+from .breakdown import stack_has
+from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
+from .steps import find_steps, loop_thread
+
+_WAIT = LEAF_PHASES.index("data.wait")
+_FETCHER = "torch/utils/data/_utils/fetch.py"  # where a worker runs the dataset and collate
+_RANK = re.compile(r"^rank \d+$")
+_WORKER = re.compile(r"^(?:(rank \d+): )?dataloader worker (\d+)")
+_HOST = re.compile(r" on \S+$")
+
+
+@dataclass
+class WorkerActivity:
+    """One DataLoader worker during its loop's ``data.wait``: seconds in the fetcher (the dataset and
+    collate: busy) or elsewhere (waiting for indices, sending batches, starting: idle)."""
+
+    role: str
+    busy: float
+    idle: float
+
+
+@dataclass
+class LoopProcess:
+    """A process that runs a training/inference loop (``main`` or a rank)."""
+
+    role: str
+    steps: int = 0
+    step_p50: float = 0.0                                              # steady-state median step, seconds
+    phase_per_step: dict[str, float] = field(default_factory=dict)    # steady-state seconds per step
+    cpu_per_step: float = 0.0
+    data_wait: float = 0.0                                             # loop thread, whole run
+    workers: list[WorkerActivity] = field(default_factory=list)
+
+
+@dataclass
+class ProcessAnalysis:
+    loops: list[LoopProcess]
+    straggler: str | None = None      # the slowest rank when there are several
+    fastest: str | None = None
+    excess: float = 0.0               # straggler's median step over the fastest rank's, as a fraction
+
+
+def sample_processes(profile: Profile) -> tuple[list[str], np.ndarray]:
+    """(process labels, label index per sample; -1 where a sample has no process root)."""
+    parents = profile.stack_parent.tolist()
+    frames = profile.stack_frame.tolist()
+    root = [0] * len(parents)
+    for i, (parent, frame) in enumerate(zip(parents, frames)):
+        root[i] = frame if parent < 0 else root[parent]
+    labels: list[str] = []
+    index: dict[int, int] = {}
+    stack_label = np.full(len(parents) + 1, -1, dtype=np.int64)
+    for i, fid in enumerate(root):
+        if profile.frames[fid].kind == "process":
+            if fid not in index:
+                index[fid] = len(labels)
+                labels.append(profile.frames[fid].name)
+            stack_label[i + 1] = index[fid]
+    return labels, stack_label[profile.sample_stack + 1]
+
+
+def _loop_key(label: str) -> str | None:
+    """The loop a process belongs to: ``main`` and its workers, or ``rank N`` and its workers."""
+    bare = _HOST.sub("", label)
+    worker = _WORKER.match(bare)
+    if worker:
+        return worker.group(1) or "main"
+    if _RANK.match(bare):
+        return bare
+    return "main" if bare.startswith("main") else None
+
+
+def analyze_processes(profile: Profile, rules: Sequence[Rule] = ()) -> ProcessAnalysis | None:
+    """Per loop process: steps, phases per step, CPU per step and its workers' activity while it
+    waited for data; None for a profile of one process."""
+    labels, of_sample = sample_processes(profile)
+    if len(labels) < 2:
+        return None
+    phases = phase_of_samples(profile, profile_rules(profile, rules))
+    loops: dict[str, LoopProcess] = {}
+    workers: dict[str, list[str]] = {}
+    for label in labels:
+        key = _loop_key(label)
+        if key is None:
+            continue
+        if _WORKER.match(_HOST.sub("", label)):
+            workers.setdefault(key, []).append(label)
+        else:
+            loops.setdefault(key, LoopProcess(label))
+    fetching = np.append(stack_has(profile, lambda f: f.file.replace("\\", "/").endswith(_FETCHER)), False)
+    for key, loop in loops.items():
+        mask = of_sample == labels.index(loop.role)
+        waits = _measure_loop(profile, phases, mask, loop)
+        for label in workers.get(key, []):
+            worker = of_sample == labels.index(label)
+            loop.workers.append(_worker_activity(profile, fetching[profile.sample_stack], worker, label, waits))
+    result = ProcessAnalysis(list(loops.values()))
+    ranks = [loop for loop in result.loops if _RANK.match(_HOST.sub("", loop.role)) and loop.steps]
+    if len(ranks) >= 2:
+        slow = max(ranks, key=lambda r: r.step_p50)
+        fast = min(ranks, key=lambda r: r.step_p50)
+        result.straggler, result.fastest = slow.role, fast.role
+        result.excess = slow.step_p50 / fast.step_p50 - 1.0 if fast.step_p50 > 0 else 0.0
+    return result
+
+
+def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess) -> tuple:
+    """Fill ``loop``'s steps and phases; returns its data.wait intervals (merged starts, ends)."""
+    sub = _only(profile, mask)
+    sub_phases = phases[mask]
+    thread = loop_thread(sub, sub_phases)
+    if thread < 0:
+        return np.zeros(0), np.zeros(0)
+    table = find_steps(sub, sub_phases, thread)
+    on_loop = sub.sample_thread == thread
+    steady = table.steady
+    if table.count and steady.any():
+        loop.steps = int(steady.sum())
+        loop.step_p50 = float(np.median(table.walls[steady]))
+        per_step = table.steady_phase_seconds() / loop.steps
+        loop.phase_per_step = {name: float(s) for name, s in zip(LEAF_PHASES, per_step) if s > 0}
+        first, last = table.bounds[int(np.argmax(steady))], table.bounds[-1]
+        in_steady = on_loop & (sub.sample_time >= first) & (sub.sample_time <= last)
+        loop.cpu_per_step = float(sub.sample_cpu[in_steady].sum()) / loop.steps
+    waiting = on_loop & (sub_phases == _WAIT)
+    loop.data_wait = float(sub.sample_wall[waiting].sum())
+    return _union(sub.sample_time[waiting] - sub.sample_wall[waiting], sub.sample_time[waiting])
+
+
+def _worker_activity(profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str,
+                     waits: tuple) -> WorkerActivity:
+    """Seconds of the worker's busiest thread inside the wait intervals, in the fetcher or not."""
+    threads = profile.sample_thread[mask]
+    if not len(threads):
+        return WorkerActivity(label, 0.0, 0.0)
+    busiest = np.bincount(threads, weights=profile.sample_wall[mask]).argmax()
+    own = mask & (profile.sample_thread == busiest)
+    overlap = _overlap(waits, profile.sample_time[own] - profile.sample_wall[own], profile.sample_time[own])
+    busy = fetching[own]
+    return WorkerActivity(label, float(overlap[busy].sum()), float(overlap[~busy].sum()))
+
+
+def _only(profile: Profile, mask: np.ndarray) -> Profile:
+    """``profile`` with only the samples of ``mask`` (tables shared; marks of those samples' threads)."""
+    threads = set(np.unique(profile.sample_thread[mask]).tolist())
+    return Profile(profile.frames, profile.stack_parent, profile.stack_frame, profile.threads, profile.processes,
+                   profile.sample_time[mask], profile.sample_thread[mask], profile.sample_stack[mask],
+                   profile.sample_wall[mask], profile.sample_cpu[mask],
+                   [m for m in profile.marks if m.thread in threads], {}, profile.meta)
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into sorted disjoint ones."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0)
+    order = np.argsort(starts)
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    new = np.ones(len(starts), dtype=bool)
+    new[1:] = starts[1:] > ends[:-1]
+    first = np.nonzero(new)[0]
+    return starts[first], np.append(ends[first[1:] - 1], ends[-1])
+
+
+def _overlap(union: tuple, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of each [start, end] inside the disjoint sorted intervals ``union``."""
+    u_start, u_end = union
+    if not len(u_start):
+        return np.zeros(len(starts))
+    lengths = u_end - u_start
+    before = np.concatenate(([0.0], np.cumsum(lengths)))  # union's length before each interval
+
+    def measure(x: np.ndarray) -> np.ndarray:  # union's length up to x
+        j = np.searchsorted(u_start, x, side="right") - 1  # the last interval starting at or before x
+        jj = np.maximum(j, 0)
+        return np.where(j >= 0, before[jj] + np.clip(x - u_start[jj], 0.0, lengths[jj]), 0.0)
+
+    return measure(ends) - measure(starts)
+
+
+def process_lines(result: ProcessAnalysis) -> list[str]:
+    """Lines of text for the summary and the report."""
+    lines = []
+    for loop in result.loops:
+        if loop.workers and loop.data_wait > 0:
+            busy = sum(w.busy for w in loop.workers)
+            idle = sum(w.idle for w in loop.workers)
+            share = busy / (busy + idle) if busy + idle > 0 else 0.0
+            lines.append(f"{loop.role} waited {loop.data_wait:.2f} s for batches; meanwhile its "
+                         f"{len(loop.workers)} DataLoader worker(s) were busy {100 * share:.0f}% of the time "
+                         f"(" + ", ".join(f"{w.role.split(': ')[-1]} {w.busy:.2f} s busy / {w.idle:.2f} s idle"
+                                          for w in loop.workers) + ")")
+        if loop.steps and _RANK.match(_HOST.sub("", loop.role)):
+            phases = ", ".join(f"{name} {1e3 * s:.1f}" for name, s in loop.phase_per_step.items())
+            lines.append(f"{loop.role}: {loop.steps} steady steps, p50 {1e3 * loop.step_p50:.1f} ms "
+                         f"(ms per step: {phases}; CPU {1e3 * loop.cpu_per_step:.1f})")
+    if result.straggler is not None:
+        slow = next(loop for loop in result.loops if loop.role == result.straggler)
+        fast = next(loop for loop in result.loops if loop.role == result.fastest)
+        lines.append(f"slowest rank: {slow.role}, p50 step {1e3 * slow.step_p50:.1f} ms, "
+                     f"{100 * result.excess:.0f}% ({1e3 * (slow.step_p50 - fast.step_p50):.1f} ms) slower than "
+                     f"{fast.role}")
+    return lines
+
+
+def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict | None:
+    """The cross-process analysis as a JSON-ready dictionary (``lines`` is its text); None for one process."""
+    result = analyze_processes(profile, rules)
+    if result is None:
+        return None
+    return {"loops": [asdict(loop) for loop in result.loops], "straggler": result.straggler,
+            "fastest_rank": result.fastest, "straggler_excess_percent": round(100 * result.excess, 3),
+            "lines": process_lines(result)}
