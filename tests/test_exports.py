@@ -237,7 +237,7 @@ def test_run_writes_requested_formats(write_script, tmp_path):
                                      "        pass\n"
                                      "spin(0.5)\n")
     out = tmp_path / "out"
-    proc = run_flameprof("run", "-q", "-o", str(out), "--format", "speedscope,chrome,pprof", script)
+    proc = run_flameprof("run", "-q", "-o", str(out), "--format", "speedscope,chrome,pprof,html", script)
     assert proc.returncode == 0, proc.stderr
     assert_speedscope_valid(json.loads((out / "profile.speedscope.json").read_text()))
     trace = json.loads((out / "profile.trace.json").read_text())["traceEvents"]
@@ -250,6 +250,8 @@ def test_run_writes_requested_formats(write_script, tmp_path):
     assert rss and min(rss) > 5
     doc = _decode_pprof((out / "profile.pb.gz").read_bytes())
     assert any(s[0] and s[0][0].startswith("spin (") for s in doc["samples"])
+    page = (out / "profile.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and '<div id="fp-flamegraph"><svg' in page and "spin (" in page
 
 
 def test_unknown_format_is_one_error_line(write_script):
