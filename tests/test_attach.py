@@ -108,12 +108,27 @@ def channels() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "flameprof-attach-*")))
 
 
+def attach_until_ctrl_c(pid: str, out) -> subprocess.CompletedProcess:
+    """``flameprof attach PID`` without --duration, stopped with SIGINT half a second after it started."""
+    proc = subprocess.Popen(flameprof_cmd("attach", pid, "-o", str(out)), stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=REPO))
+    first = proc.stderr.readline()
+    assert "until Ctrl-C" in first
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    return subprocess.CompletedProcess(proc.args, proc.wait(timeout=60), "", first + rest)
+
+
 def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_path):
     before = target.state(1)
     channels_before = channels()
-    for round_ in (1, 2):  # attaching twice in a row works
+    for round_ in (1, 2):  # attaching twice in a row works; the second runs until Ctrl-C
         out = tmp_path / f"out{round_}"
-        proc = run_flameprof("attach", target.pid, "--duration", "0.5", "-o", str(out))
+        if round_ == 1:
+            proc = run_flameprof("attach", target.pid, "--duration", "0.5", "-o", str(out))
+        else:
+            proc = attach_until_ctrl_c(target.pid, out)
         assert proc.returncode == 0, proc.stderr
         assert "using py-spy" not in proc.stderr
         for name in ("profile.flameprof", "profile.folded", "profile.svg"):
@@ -169,20 +184,6 @@ def test_the_targets_parent_sees_no_stop_and_no_sigchld(tmp_path):
         watcher.wait()
 
 
-def test_ctrl_c_stops_an_open_ended_attach(target, tmp_path):
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(flameprof_cmd("attach", target.pid, "-q", "-o", str(out)), stderr=subprocess.PIPE,
-                            text=True, env=env)
-    assert "until Ctrl-C" in proc.stderr.readline()
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    profile = storage.load(out / "profile.flameprof")
-    assert "spin_here" in functions(profile)
-    assert target.proc.poll() is None
-
-
 @pytest.mark.parametrize("how", ["exit", "kill"])
 def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, how):
     out = tmp_path / "out"
@@ -205,19 +206,6 @@ def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, 
     assert target.proc.wait(timeout=10) == (0 if how == "exit" else -signal.SIGKILL)
 
 
-@pytest.mark.skipif(not shutil.which("py-spy"), reason="py-spy is not installed")
-def test_pyspy_backend(target, tmp_path):
-    out = tmp_path / "out"
-    proc = run_flameprof("attach", target.pid, "--backend", "py-spy", "--duration", "1", "-q", "-o", str(out))
-    assert proc.returncode == 0, proc.stderr
-    profile = storage.load(out / "profile.flameprof")
-    assert profile.meta["backend"] == "py-spy"
-    assert "spin_here" in functions(profile)
-    spin = [i for i, f in enumerate(profile.frames) if f.name == "spin_here"]
-    assert profile.frames[spin[0]].file.endswith("target.py")
-    assert target.proc.poll() is None
-
-
 def test_subprocesses_covers_the_children(tmp_path):
     (tmp_path / "child.py").write_text("import time\ndef child_spin():\n    while True:\n        sum(range(10000))\n"
                                        "child_spin()\n")
@@ -229,9 +217,11 @@ def test_subprocesses_covers_the_children(tmp_path):
     child = int(parent.stdout.readline())
     try:
         out = tmp_path / "out"
-        proc = run_flameprof("attach", str(parent.pid), "--subprocesses", "--duration", "1", "-q", "-o", str(out))
+        proc = run_flameprof("attach", str(parent.pid), "--backend", "py-spy", "--subprocesses", "--duration", "1",
+                             "-q", "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         profile = storage.load(out / "profile.flameprof")
+        assert profile.meta["backend"] == "py-spy"
         assert "child_spin" in functions(profile)
         assert {p.pid for p in profile.processes} > {parent.pid}
         child_threads = {profile.threads[i].pid for i in set(profile.sample_thread.tolist())}
@@ -271,7 +261,12 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
                          env={"PATH": str(bin_dir)})
     assert proc.returncode == 0, proc.stderr
     assert "gdb is not installed" in proc.stderr and "using py-spy instead" in proc.stderr
-    assert storage.load(tmp_path / "out" / "profile.flameprof").meta["backend"] == "py-spy"
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    assert profile.meta["backend"] == "py-spy" and profile.meta["pid"] == target.proc.pid
+    spin = [f for f in profile.frames if f.name == "spin_here"]
+    assert spin and spin[0].file.endswith("target.py") and spin[0].line == 4  # full path, first line
+    assert {t.pid for t in profile.threads} == {target.proc.pid}
+    assert target.proc.poll() is None
     (bin_dir / "py-spy").unlink()
     assert_one_error_line(run_flameprof("attach", target.pid, "--duration", "1", "-o", str(tmp_path / "out"),
                                         env={"PATH": str(bin_dir)}), "gdb is not installed", "py-spy")
