@@ -158,7 +158,7 @@ def test_summary_shows_phases_steps_and_verdict_only_for_deep_learning_runs():
     from flameprof.render.summary import format_summary
 
     dl = format_summary(stepped({"fetch": 1, "forward": 3}), ["out/profile.flameprof"])
-    assert "phases of MainThread (wall): data 25.0%, forward 75.0%" in dl
+    assert "phases of MainThread (steady-state steps, wall): data 25.0%, forward 75.0%" in dl
     assert "steps: 4 steps (marks:step)" in dl and "verdict: HIGHLY input-bound" in dl
     assert "flameprof report out/profile.flameprof" in dl
     plain = format_summary(stepped({"plain": 2}, marks=False), ["out/profile.flameprof"])

@@ -122,8 +122,8 @@ def _forward_advice(analysis: Analysis) -> list[str]:
         return []
     out = []
     # Leaf in nn.Module's call machinery = time in Python dispatch and hooks, not in an op.
-    leaf_module = np.asarray([_file_is("torch/nn/modules/module.py")(p.frames[f]) for f in p.stack_frame.tolist()],
-                             dtype=bool)
+    in_module_py = _file_is("torch/nn/modules/module.py")
+    leaf_module = np.asarray([in_module_py(f) for f in p.frames], dtype=bool)[p.stack_frame]
     dispatch = analysis.seconds_where(leaf_module, ["forward"])
     if dispatch / forward >= DISPATCH_ADVICE:
         out.append(f"{100 * dispatch / forward:.0f}% of forward is Python overhead in nn.Module calls (hooks, "

@@ -28,8 +28,10 @@ def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> st
         for row in data["functions"]:
             lines.append(f"    {row['self_percent']:5.1f}%  {row['self']:8.3f} s  {row['name'][:100]}")
     if analysis.is_deep_learning:
-        lines.append(f"  phases of {data['loop_thread']} (wall): " + ", ".join(
-            f"{name.strip()} {pct}" for name, _, pct, _ in phase_lines(data["phases"]) if not name.startswith(" ")))
+        steady = data["steps"]["steady"]
+        phases, basis = (steady["phases"], "steady-state steps") if steady["count"] else (data["phases"], "whole run")
+        lines.append(f"  phases of {data['loop_thread']} ({basis}, wall): " + ", ".join(
+            f"{name} {pct}" for name, _, pct, _ in phase_lines(phases) if not name.startswith(" ")))
         lines.append(f"  steps: {steps_line(data['steps'])}")
         lines.append(f"  verdict: {data['verdict']['text']}")
         lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]
