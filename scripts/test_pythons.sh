@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 PYTHONS=${PYTHONS:-"3.10 3.11 3.12 3.13"}
 PYENV_ROOT=${PYENV_ROOT:-$HOME/.pyenv}
 
-# Test files that need torch (directly or through what they import) run only in the main .venv
-# (scripts/test.sh): a test module counts as one when importing it fails for want of torch.
+# Tests that need torch run only in the main .venv (scripts/test.sh): a test module whose import
+# fails for want of torch is left out here, and scripts/pytest_no_torch.py deselects single tests.
 NON_TORCH_TESTS='
 import importlib, pathlib, sys
 sys.path.insert(0, "tests")
@@ -62,7 +62,7 @@ for minor in $PYTHONS; do
     continue
   fi
   mapfile -t tests < <("$venv/bin/python" -c "$NON_TORCH_TESTS")
-  if ! "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"; then
+  if ! PYTHONPATH=scripts "$venv/bin/python" -m pytest -q -p no:cacheprovider -p pytest_no_torch "${tests[@]}"; then
     status=1
   fi
 done

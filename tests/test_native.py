@@ -57,6 +57,14 @@ class Parked:
         self.thread.join()
 
 
+def frame_name(function) -> str:
+    """The name the samplers give a function's frames (``co_qualname`` from 3.11 on)."""
+    return getattr(function.__code__, "co_qualname", function.__code__.co_name)
+
+
+TARGET, LEVEL = frame_name(Parked.target), frame_name(Parked.level)
+
+
 def stacks_by_thread(builder: ProfileBuilder) -> dict[str, Counter]:
     """Thread name -> Counter of stacks (tuples of frame names, root first)."""
     profile = builder.build()
@@ -106,7 +114,7 @@ def test_parked_threads_give_identical_stacks_in_both_samplers():
     assert python == native
     worker_a = list(native["worker-a"])
     assert len(worker_a) == 1 and native["worker-a"][worker_a[0]] == 5
-    assert worker_a[0][-7:-2] == ("Parked.target",) + ("Parked.level",) * 4
+    assert worker_a[0][-7:-2] == (TARGET,) + (LEVEL,) * 4
 
 
 def test_thread_identity_wall_and_cpu_match_the_python_semantics():
@@ -177,7 +185,7 @@ def test_user_scope_is_inserted_leafward_of_the_entering_frame():
     (stack,) = native
     i = stack.index("load-batch")
     # entered in the frame of level(2), i.e. the caller of the innermost level()
-    assert stack[i - 1] == "Parked.level" and stack[i + 1] == "Parked.level" and stack[i - 2] == "Parked.level"
+    assert stack[i - 1] == LEVEL and stack[i + 1] == LEVEL and stack[i - 2] == LEVEL
 
 
 def test_frame_hook_inserts_a_frame_and_native_caches_it_per_self():
@@ -199,8 +207,8 @@ def test_frame_hook_inserts_a_frame_and_native_caches_it_per_self():
             result = stacks_by_thread(sampler.builder)
             for name in ("first", "second"):
                 (stack,) = result[name]
-                i = stack.index("Parked.target")
-                assert stack[i + 1] == f"layer {name}" and stack[i + 2] == "Parked.level"
+                i = stack.index(TARGET)
+                assert stack[i + 1] == f"layer {name}" and stack[i + 2] == LEVEL
     assert counts["python"] == {id(a): 4, id(b): 4}
     assert counts["native"] == {id(a): 1, id(b): 1}  # cached by (code, self): no call per sample
 
@@ -230,8 +238,11 @@ def test_own_frames_are_skipped_and_boundary_drops_everything_rootward():
             sampler.sample()
             stacks.append(stacks_by_thread(sampler.builder)[threading.current_thread().name])
 
+        def run_helper():
+            namespace["helper"](target)
+
         def outer():
-            namespace["runner"](lambda: namespace["helper"](target))
+            namespace["runner"](run_helper)
 
         outer()
         results.append(stacks[0])
@@ -239,8 +250,7 @@ def test_own_frames_are_skipped_and_boundary_drops_everything_rootward():
     assert python == native
     (stack,) = native
     # runner and everything rootward of it (outer, the test) are gone; helper (ours) is skipped
-    prefix = "test_own_frames_are_skipped_and_boundary_drops_everything_rootward.<locals>."
-    assert stack == (prefix + "outer.<locals>.<lambda>", prefix + "target")
+    assert stack == (frame_name(run_helper), frame_name(target))
 
 
 def test_deep_recursion_is_truncated_with_a_marker():
@@ -262,7 +272,7 @@ def test_deep_recursion_is_truncated_with_a_marker():
     assert len(stack) == MAX_DEPTH
     total = MAX_DEPTH - 1 + int(stack[-1].strip("[").split()[0])
     assert stack[-1].endswith("frames truncated]") and total >= depth
-    assert stack[:MAX_DEPTH - 1].count("Parked.level") == MAX_DEPTH - 1 - stack.index("Parked.level")
+    assert stack[:MAX_DEPTH - 1].count(LEVEL) == MAX_DEPTH - 1 - stack.index(LEVEL)
 
 
 def test_threads_starting_and_ending_while_sampling_at_high_rate():
