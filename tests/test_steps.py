@@ -107,3 +107,18 @@ def test_loop_thread_prefers_marks_then_deep_learning_time():
 ])
 def test_warmup_count(walls, expected):
     assert warmup_count(np.asarray(walls)) == expected
+
+
+def test_user_step_marks_and_the_busiest_dataloader_define_steps():
+    profile = loop_profile([STEADY] * 6, marks=None)
+    main = 1
+    opt = [Mark(0.1 * i, main, "step", "optimizer") for i in range(7)]
+    user = [Mark(0.2 * i, main, "step", "user") for i in range(4)]
+    profile.marks = opt + user
+    steps = steps_of(profile)
+    assert steps.count == 3 and steps.walls == pytest.approx([0.2] * 3)
+    train = [Mark(0.1 * i, main, "batch", "0") for i in range(7)]
+    val = [Mark(0.05 + 0.3 * i, main, "batch", "1") for i in range(2)]
+    profile.marks = val + train
+    steps = steps_of(profile)
+    assert steps.source == "marks:batch" and steps.count == 6 and steps.walls == pytest.approx([0.1] * 6)

@@ -1,8 +1,10 @@
 """Steps: training/inference iterations, their wall time and their time per phase.
 
 Step boundaries come from marks the collector recorded (``flameprof.step()`` and optimizer steps
-are marked ``step``, DataLoader batches ``batch``; ``step`` is preferred when both exist): a step is
-the interval between two consecutive marks of the loop's thread. Without marks, steps are inferred
+are marked ``step``, DataLoader batches ``batch``; ``step`` is preferred when both exist, and among
+marks of one name those of ``flameprof.step()``, else the most frequent value, e.g. the training
+DataLoader rather than the validation one): a step is the interval between two consecutive marks
+of the loop's thread. Without marks, steps are inferred
 from the samples: the loop moves through data -> forward -> backward -> optimizer, so a step starts
 where that order falls back (e.g. optimizer then data). That needs several samples per step and is
 reported as approximate.
@@ -84,7 +86,7 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     times, walls, ph = times[order], walls[order], ph[order]
     source, bounds = "none", np.zeros(0)
     for name in STEP_MARKS:
-        marks = np.sort([m.time for m in profile.marks if m.name == name and m.thread == thread])
+        marks = _boundary_marks(profile, name, thread)
         if len(marks) >= 2:
             source, bounds = f"marks:{name}", marks
             break
@@ -104,6 +106,20 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     table = StepTable(source, thread, np.asarray(bounds, dtype=np.float64), phase_seconds, 0)
     table.warmup = warmup_count(table.walls)
     return table
+
+
+def _boundary_marks(profile: Profile, name: str, thread: int) -> np.ndarray:
+    """Sorted times of ``thread``'s ``name`` marks of one kind: those from ``flameprof.step()``
+    (value ``user``) if any, else the most frequent value (e.g. the training DataLoader's batches,
+    not the validation one's)."""
+    by_value: dict[str, list[float]] = {}
+    for m in profile.marks:
+        if m.name == name and m.thread == thread:
+            by_value.setdefault(m.value, []).append(m.time)
+    if not by_value:
+        return np.zeros(0)
+    times = by_value.get("user") or max(by_value.values(), key=len)
+    return np.sort(np.asarray(times, dtype=np.float64))
 
 
 def _bounds_from_samples(times: np.ndarray, walls: np.ndarray, ph: np.ndarray) -> np.ndarray:
