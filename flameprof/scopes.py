@@ -80,12 +80,8 @@ def pop(entered_in: Any, name: str, kind: str = "scope", ident: int | None = Non
             return
 
 
-class scope:
-    """``with flameprof.scope("name"):`` or ``@flameprof.scope("name")``: a named frame in the profile.
-
-    ``phase`` (e.g. ``"data"``) tells the analysis which phase the scope's samples belong to.
-    As a decorator the scope appears leafward of the caller, around the decorated function.
-    """
+class Scope:
+    """A named user scope: a context manager and decorator, stateless so one instance serves every use."""
 
     __slots__ = ("name", "phase")
 
@@ -93,14 +89,31 @@ class scope:
         self.name = name
         self.phase = phase
 
-    def __enter__(self) -> "scope":
-        if _SCOPES is not None:
-            push(sys._getframe(1), self.name, self.phase)
+    def __enter__(self) -> "Scope":
+        scopes = _SCOPES
+        if scopes is not None:  # push(), inlined: this is the hot path of a profiled loop
+            name = self.name
+            frame = _FRAMES.get((name, "scope")) or _frame(name, "scope")
+            ident = _get_ident()
+            stack = scopes.get(ident)
+            if stack is None:
+                stack = scopes[ident] = []
+            stack.append((sys._getframe(1), frame))
+            if self.phase is not None:
+                _PHASES[name] = self.phase
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if _SCOPES is not None:
-            pop(sys._getframe(1), self.name)
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        scopes = _SCOPES
+        if scopes is not None:
+            stack = scopes.get(_get_ident())
+            if stack:
+                entered_in, frame = stack[-1]
+                caller = sys._getframe(1)
+                if entered_in is caller and frame.name == self.name and frame.kind == "scope":
+                    stack.pop()
+                else:
+                    pop(caller, self.name)
 
     def __call__(self, func: F) -> F:
         name, phase = self.name, self.phase
@@ -117,6 +130,24 @@ class scope:
                 pop(caller, name)
 
         return wrapper  # type: ignore[return-value]
+
+
+_INSTANCES: dict[str, Scope] = {}
+
+
+def scope(name: str, phase: str | None = None) -> Scope:
+    """``with flameprof.scope("name"):`` or ``@flameprof.scope("name")``: a named frame in the profile.
+
+    ``phase`` (e.g. ``"data"``) tells the analysis which phase the scope's samples belong to. As a
+    decorator the scope appears leafward of the caller, around the decorated function. Instances
+    are shared per name, so a ``with`` block costs about what an empty one does when not profiling.
+    """
+    instance = _INSTANCES.get(name)
+    if instance is None or instance.phase != phase:
+        if len(_INSTANCES) > 4096:  # names built per call (f"step {i}") must not grow this forever
+            _INSTANCES.clear()
+        instance = _INSTANCES[name] = Scope(name, phase)
+    return instance
 
 
 def scope_start(name: str, phase: str | None = None) -> None:

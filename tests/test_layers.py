@@ -1,19 +1,18 @@
 """Layer frames: nn.Module calls named by dotted path from the root module, from the stack alone."""
 
-import time
-
 import torch
 from torch import nn
 
 from flameprof import Profiler
 from flameprof.collect.layers import LayerNamer, index_tree
+from sampled import wait_for_samples
 
 
 class Work(nn.Module):
-    """A leaf that sleeps, so samples reliably land in it."""
+    """A leaf that waits for a sample, so samples reliably land in it."""
 
     def forward(self, x):
-        time.sleep(0.004)
+        wait_for_samples()
         return x + 1
 
 

@@ -6,6 +6,7 @@ import time
 import flameprof
 from flameprof import scopes
 from flameprof.profiler import SESSION, Profiler
+from sampled import wait_for_samples
 
 
 def stacks_of(profile, thread_name=None):
@@ -29,16 +30,16 @@ def at(stack, suffix):
 def test_nested_scopes_appear_leafward_of_the_frame_that_entered_them():
     def outer_fn():
         with flameprof.scope("outer"):
-            time.sleep(0.03)
+            wait_for_samples()
             with flameprof.scope("inner"):
-                time.sleep(0.03)
+                wait_for_samples()
 
     with Profiler(rate=1000) as p:
         outer_fn()
     stacks = [names(s) for s in stacks_of(p.profile)]
     nested = [s for s in stacks if "inner" in s]
     assert nested and all(s[at(s, "outer_fn") + 1:at(s, "outer_fn") + 3] == ["outer", "inner"] for s in nested)
-    assert any(s[-1] == "outer" for s in stacks)  # time.sleep is C code: the scope is the leaf
+    assert ["outer", "wait_for_samples"] in [s[-2:] for s in stacks]
     assert all(("scope", "inner") not in s or ("scope", "outer") in s for s in stacks_of(p.profile))
     assert all(not v for v in SESSION.sampler.scopes.values())  # every scope was closed
 
@@ -46,7 +47,7 @@ def test_nested_scopes_appear_leafward_of_the_frame_that_entered_them():
 def test_decorator_puts_the_scope_between_caller_and_function_and_records_its_phase():
     @flameprof.scope("load batch", phase="data")
     def load():
-        time.sleep(0.05)
+        wait_for_samples()
 
     def caller():
         load()
@@ -64,13 +65,13 @@ def test_decorator_puts_the_scope_between_caller_and_function_and_records_its_ph
 def test_scope_start_and_end_for_code_that_cannot_use_with():
     with Profiler(rate=1000) as p:
         flameprof.scope_start("manual")
-        time.sleep(0.03)
+        wait_for_samples()
         flameprof.scope_end()
-        time.sleep(0.03)
+        wait_for_samples()
     stacks = [names(s) for s in stacks_of(p.profile)]
     here = "test_scope_start_and_end_for_code_that_cannot_use_with"
-    assert any(s[-2:] == [here, "manual"] for s in stacks)
-    assert any(s[-1] == here for s in stacks)
+    assert [here, "manual", "wait_for_samples"] in [s[-3:] for s in stacks]
+    assert [here, "wait_for_samples"] in [s[-2:] for s in stacks]
 
 
 def test_scopes_are_per_thread():
@@ -79,7 +80,7 @@ def test_scopes_are_per_thread():
     def worker(label):
         with flameprof.scope(f"scope-{label}"):
             barrier.wait()
-            time.sleep(0.08)
+            wait_for_samples(3)
 
     with Profiler(rate=1000) as p:
         threads = [threading.Thread(target=worker, args=(x,), name=f"worker-{x}") for x in "ab"]
@@ -110,7 +111,7 @@ def test_scope_entered_before_profiling_started_is_not_popped_by_mistake():
     with Profiler(rate=1000) as p:
         with flameprof.scope("late"):
             s.__exit__(None, None, None)  # exits a scope that was never pushed
-            time.sleep(0.03)
+            wait_for_samples()
     assert any(("scope", "late") in st for st in stacks_of(p.profile))
 
 

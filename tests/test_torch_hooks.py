@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import torch
@@ -15,6 +14,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 import flameprof
 from conftest import REPO
 from flameprof import Profiler
+from sampled import wait_for_samples
 
 
 def marks(profile, name):
@@ -92,7 +92,7 @@ class SlowGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(0.01)
+        wait_for_samples()
         return grad
 
 
@@ -157,7 +157,10 @@ def test_torch_imported_after_profiling_started_is_instrumented():
 
             class Sleepy(nn.Module):
                 def forward(self, x):
-                    time.sleep(0.005)
+                    sampler = flameprof.profiler.SESSION.sampler
+                    ticks = sampler.ticks
+                    while sampler.ticks < ticks + 2:
+                        time.sleep(0.001)
                     return x * 2
 
             model = nn.Sequential(nn.Linear(3, 3), Sleepy())
