@@ -132,6 +132,9 @@ def test_text_and_markdown_show_phases_steps_layers_and_verdict():
     data = report_data(stepped({"fetch": 1, "forward": 3}))
     text = render_report(data, "text")
     assert "HIGHLY input-bound" in text and "Net.fc (Linear)" in text and "4 steps (marks:step)" in text
+    warmup = next(line for line in text.splitlines() if line.startswith("  #1 "))
+    assert warmup.split() == ["#1", "warm-up", "4000.0", "ms", "data", "25%", "forward", "75%"]
+    assert text.count("slowest") == 3
     md = render_report(data, "markdown")
     assert "| data | 4.000 s | 25.0% | 25.0% |" in md and "**Verdict: HIGHLY input-bound" in md
 

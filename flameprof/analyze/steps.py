@@ -97,7 +97,8 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     n = max(len(bounds) - 1, 0)
     nph = len(LEAF_PHASES)
     if n:
-        idx = np.searchsorted(bounds, times, side="right") - 1
+        # A sample stands for the interval ending at its time: one taken exactly at a bound belongs to the step before.
+        idx = np.searchsorted(bounds, times, side="left") - 1
         ok = (idx >= 0) & (idx < n)
         cells = np.bincount(idx[ok] * nph + ph[ok], weights=walls[ok], minlength=n * nph)
         phase_seconds = cells.reshape(n, nph)

@@ -135,6 +135,22 @@ def steps_line(steps: dict) -> str:
     return text
 
 
+def notable_steps(steps: dict, slowest: int = 3) -> list[tuple[str, int, dict]]:
+    """(kind, 1-based index, step) for the warm-up steps and the slowest steady-state steps."""
+    per = steps["per_step"]
+    out = [("warm-up", i + 1, st) for i, st in enumerate(per) if st["warmup"]]
+    steady = sorted((i for i, st in enumerate(per) if not st["warmup"]), key=lambda i: -per[i]["wall"])
+    return out + [("slowest", i + 1, per[i]) for i in sorted(steady[:slowest])]
+
+
+def step_phase_text(step: dict) -> str:
+    """``data 80% forward 12% ...`` of one step's phases (only those it spent time in)."""
+    ph = step["phases"]
+    total = sum(ph.values()) or 1.0
+    merged = {"data": ph["data.wait"] + ph["data.fetch"], **{p: ph[p] for p in PHASES if p != "data"}}
+    return " ".join(f"{p} {100 * v / total:.0f}%" for p, v in merged.items() if v > 0)
+
+
 def format_text(data: dict, top: int = TOP) -> str:
     out = [f"flameprof report{': ' + data['source'] if data['source'] else ''}",
            f"  duration {data['duration']:.2f} s, {data['samples']} samples, {data['threads']} thread(s), "
@@ -144,6 +160,10 @@ def format_text(data: dict, top: int = TOP) -> str:
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     for name, secs, pct, st in phase_lines(data["phases"], steady):
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
+    notable = notable_steps(data["steps"])
+    if notable:
+        out += ["", "notable steps:"]
+        out += [f"  #{i:<5} {kind:<8} {_ms(st['wall']):>10}  {step_phase_text(st)}" for kind, i, st in notable]
     out += ["", f"verdict: {data['verdict']['text']}"]
     out += [f"  - {a}" for a in data["verdict"]["advice"]]
     if data["processes"]:
@@ -179,6 +199,10 @@ def format_markdown(data: dict, top: int = TOP) -> str:
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     for name, secs, pct, st in phase_lines(data["phases"], steady):
         out.append(f"| {name.strip()} | {secs} | {pct} | {st} |")
+    notable = notable_steps(data["steps"])
+    if notable:
+        out += ["", "## Notable steps", "", "| step | kind | wall | phases |", "| ---: | --- | ---: | --- |"]
+        out += [f"| {i} | {kind} | {_ms(st['wall'])} | {step_phase_text(st)} |" for kind, i, st in notable]
     if data["layers"]:
         out += ["", "## Top layers", "", "| layer | self | self % | total | total % |", "| --- | ---: | ---: | ---: | ---: |"]
         for row in data["layers"][:top]:
