@@ -8,8 +8,9 @@
  * object, stack, thread, layer hook result or truncation marker), so the steady state allocates
  * no Python object per sample.
  *
- * Rows: per tick its monotonic time and row count; per row the thread index (uint16), stack id
- * (int32), wall and CPU seconds (float32): 14 bytes per sample plus 12 per tick.
+ * Rows: per tick its monotonic time, the previous tick's and its row count; per row the thread
+ * index (uint16), stack id (int32) and CPU seconds (float32): 10 bytes a sample plus 20 a tick
+ * (wall times follow from the tick times, see append_row).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,7 +25,8 @@
 #define BOUNDARY_FRAME (-2)
 #define FLAG_HOOK 1
 #define NO_CPU (-1.0)
-#define MAX_THREAD_INDEX 65535
+#define MAX_THREAD_INDEX 32767
+#define ROW_FRESH 0x8000    /* in a row's thread field: the thread's first sample (wall from the tick before) */
 
 /* ---- growable arrays (plain malloc: large ones are mmap-backed, untouched pages cost no RSS) */
 
@@ -146,7 +148,7 @@ typedef struct {
     int32_t index;      /* the builder's thread index */
     clockid_t clock;
     int has_clock;
-    double last_wall;
+    int fresh;          /* no row yet: its first wall time counts from the previous tick */
     double last_cpu;    /* NO_CPU when unreadable */
     uint64_t seen;      /* tick number it was last seen in */
 } ThreadRec;
@@ -198,12 +200,13 @@ typedef struct {
 
     /* the recorded rows */
     double *tick_time;
+    double *tick_prev;         /* the previous tick's time: where a thread's first sample starts */
     uint32_t *tick_rows;
-    Py_ssize_t nticks, ttime_cap, trows_cap;
+    Py_ssize_t nticks, ttime_cap, tprev_cap, trows_cap;
     uint16_t *row_thread;
     int32_t *row_stack;
-    float *row_wall, *row_cpu;
-    Py_ssize_t nrows, rthread_cap, rstack_cap, rwall_cap, rcpu_cap;
+    float *row_cpu;
+    Py_ssize_t nrows, rthread_cap, rstack_cap, rcpu_cap;
     Py_ssize_t done_rows;      /* rows of completed ticks: what readers see */
 
     double last_tick;
@@ -458,7 +461,7 @@ new_thread(Sampler *s, unsigned long ident)
     t->has_clock = native_id > 0;
     /* glibc's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): a dead thread's clock fails with EINVAL */
     t->clock = (clockid_t)(((~(long)native_id) << 3) | 6);
-    t->last_wall = s->last_tick;
+    t->fresh = 1;
     t->last_cpu = read_cpu(t);
     t->seen = 0;
     return t;
@@ -601,25 +604,27 @@ build_ids(Sampler *s, Walk *w)
     return 0;
 }
 
+/* A row: the thread (with ROW_FRESH on its first), the stack and the CPU time since its last row.
+ * Its wall time is not stored: a thread alive in this tick was sampled in the previous one (else
+ * it was forgotten and is fresh now), so the wall time is always the time since the previous tick. */
 static int
-append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
+append_row(Sampler *s, ThreadRec *t, int32_t sid)
 {
     double cpu_now = read_cpu(t);
     double cpu = (cpu_now != NO_CPU && t->last_cpu != NO_CPU) ? cpu_now - t->last_cpu : 0.0;
-    double wall = now - t->last_wall;
-    t->last_wall = now;
     t->last_cpu = cpu_now;
+    uint16_t fresh = t->fresh ? ROW_FRESH : 0;
+    t->fresh = 0;
     if (t->index < 0 || t->index > MAX_THREAD_INDEX) {
         s->dropped++;
         return 0;
     }
     Py_ssize_t n = s->nrows + 1;
     if (GROW(s->row_thread, s->rthread_cap, n) < 0 || GROW(s->row_stack, s->rstack_cap, n) < 0 ||
-        GROW(s->row_wall, s->rwall_cap, n) < 0 || GROW(s->row_cpu, s->rcpu_cap, n) < 0)
+        GROW(s->row_cpu, s->rcpu_cap, n) < 0)
         return -1;
-    s->row_thread[s->nrows] = (uint16_t)t->index;
+    s->row_thread[s->nrows] = (uint16_t)t->index | fresh;
     s->row_stack[s->nrows] = sid;
-    s->row_wall[s->nrows] = (float)wall;
     s->row_cpu[s->nrows] = (float)(cpu > 0.0 ? cpu : 0.0);
     s->nrows = n;
     return 0;
@@ -653,7 +658,7 @@ take_sample(Sampler *s, unsigned long exclude)
             continue;
         }
         t->seen = s->tick_count;
-        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), now) < 0)
+        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids)) < 0)
             failed = 1;
     }
     release_scratch(s);
@@ -664,8 +669,10 @@ take_sample(Sampler *s, unsigned long exclude)
             s->threads[kept++] = s->threads[i];
     s->nthreads = kept;
     if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
+        GROW(s->tick_prev, s->tprev_cap, s->nticks + 1) == 0 &&
         GROW(s->tick_rows, s->trows_cap, s->nticks + 1) == 0) {
         s->tick_time[s->nticks] = now;
+        s->tick_prev[s->nticks] = s->last_tick;
         s->tick_rows[s->nticks] = (uint32_t)(s->nrows - first_row);
         s->nticks++;
         s->done_rows = s->nrows;
@@ -1016,16 +1023,17 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* Rows of completed ticks as bytes: (tick times f64, rows per tick u32, thread u16, stack i32, wall f32, cpu f32). */
+/* Rows of completed ticks as bytes: (tick times f64, previous-tick times f64, rows per tick u32,
+ * thread u16 (ROW_FRESH on a thread's first row), stack i32, cpu f32). */
 static PyObject *
 Sampler_columns(Sampler *s, PyObject *unused)
 {
     return Py_BuildValue("(y#y#y#y#y#y#)",
                          (const char *)s->tick_time, s->nticks * (Py_ssize_t)sizeof(double),
+                         (const char *)s->tick_prev, s->nticks * (Py_ssize_t)sizeof(double),
                          (const char *)s->tick_rows, s->nticks * (Py_ssize_t)sizeof(uint32_t),
                          (const char *)s->row_thread, s->done_rows * (Py_ssize_t)sizeof(uint16_t),
                          (const char *)s->row_stack, s->done_rows * (Py_ssize_t)sizeof(int32_t),
-                         (const char *)s->row_wall, s->done_rows * (Py_ssize_t)sizeof(float),
                          (const char *)s->row_cpu, s->done_rows * (Py_ssize_t)sizeof(float));
 }
 
@@ -1041,8 +1049,8 @@ Sampler_get_dropped(Sampler *s, void *unused) { return PyLong_FromUnsignedLongLo
 static PyObject *
 Sampler_get_memory(Sampler *s, void *unused)
 {
-    size_t bytes = (size_t)s->arena_cap * 4 + (size_t)s->ttime_cap * 8 + (size_t)s->trows_cap * 4 +
-                   (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rwall_cap + s->rcpu_cap) * 4 +
+    size_t bytes = (size_t)s->arena_cap * 4 + (size_t)(s->ttime_cap + s->tprev_cap) * 8 + (size_t)s->trows_cap * 4 +
+                   (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rcpu_cap) * 4 +
                    (size_t)(s->codes.cap + s->stacks.cap + s->hook_cache.cap + s->object_frames.cap +
                             s->markers.cap) * sizeof(Entry);
     return PyLong_FromSize_t(bytes);
@@ -1101,7 +1109,7 @@ Sampler_dealloc(Sampler *s)
     map_clear(&s->markers);
     map_clear(&s->stacks);
     void *bufs[] = {s->arena, s->threads, s->frames, s->frame_codes, s->walks, s->scope_items, s->ids, s->owners,
-                    s->tick_time, s->tick_rows, s->row_thread, s->row_stack, s->row_wall, s->row_cpu};
+                    s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         PyMem_RawFree(bufs[i]);
     Py_TYPE(s)->tp_free((PyObject *)s);

@@ -133,6 +133,8 @@ def test_thread_identity_wall_and_cpu_match_the_python_semantics():
             assert 0.15 < profile.sample_wall[mask].sum() < 0.6
             assert profile.sample_cpu[mask].sum() < 0.05
             assert (profile.sample_time[mask] > 0).all()
+            times, walls = profile.sample_time[mask], profile.sample_wall[mask]
+            assert abs(walls[1:] - (times[1:] - times[:-1])).max() < 1e-6  # time since its previous sample
 
 
 def test_hot_stacks_agree_between_samplers_running_together():

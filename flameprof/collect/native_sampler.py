@@ -3,7 +3,7 @@
 ``flameprof._native.Sampler`` walks the frames of all threads and keeps interned frames, stacks
 and compact sample rows in C; it calls back here only for what it sees for the first time (a new
 code object, stack, thread, layer-hook result or truncation marker), and those callbacks intern
-into the same ``ProfileBuilder`` the Python sampler uses. The rows stay in C (14 bytes a sample)
+into the same ``ProfileBuilder`` the Python sampler uses. The rows stay in C (10 bytes a sample)
 until a profile is built: the sampler is one of the builder's ``sample_stores``.
 """
 
@@ -17,6 +17,7 @@ from .backend import SamplerBase
 from .sampler import MAX_DEPTH, code_frame_id, thread_identity, truncation_marker
 
 
+ROW_FRESH = 0x8000  # flag in a C row's thread index: that thread's first row (see native/sampler.c)
 TICK_HOOK_INTERVAL = 0.05  # seconds between runs of the tick hooks (process counters) on the clock thread
 
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
@@ -97,10 +98,14 @@ class NativeSampler(SamplerBase):
         """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""
         import numpy as np
 
-        tick_time, tick_rows, thread, stack, wall, cpu = self._c.columns()
-        times = np.frombuffer(tick_time, dtype=np.float64) - self.t0
-        return (np.repeat(times, np.frombuffer(tick_rows, dtype=np.uint32)),
-                np.frombuffer(thread, dtype=np.uint16).astype(np.int32),
-                np.frombuffer(stack, dtype=np.int32).copy(),
-                np.frombuffer(wall, dtype=np.float32).astype(np.float64),
+        tick_time, tick_prev, tick_rows, thread, stack, cpu = self._c.columns()
+        times = np.frombuffer(tick_time, dtype=np.float64)
+        tick = np.repeat(np.arange(len(times)), np.frombuffer(tick_rows, dtype=np.uint32))
+        thread = np.frombuffer(thread, dtype=np.uint16)
+        fresh = thread >= ROW_FRESH
+        # a thread's first row counts from the tick before it; every other row from the previous tick
+        previous = np.where(fresh, np.frombuffer(tick_prev, dtype=np.float64)[tick],
+                            np.concatenate(([0.0], times[:-1]))[tick])
+        return (times[tick] - self.t0, (thread & (ROW_FRESH - 1)).astype(np.int32),
+                np.frombuffer(stack, dtype=np.int32).copy(), times[tick] - previous,
                 np.frombuffer(cpu, dtype=np.float32).astype(np.float64))
