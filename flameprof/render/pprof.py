@@ -74,17 +74,20 @@ def render_pprof(profile: Profile, mode: str = "wall", sample_phase: np.ndarray 
     types = [("samples", "count")] + ([("wall", "nanoseconds"), ("cpu", "nanoseconds")] if timed else [])
     out = [field_bytes(_PROFILE_SAMPLE_TYPE, field_int(1, strings(t)) + field_int(2, strings(u))) for t, u in types]
 
-    n = profile.num_samples
-    phase = np.full(n, -1, dtype=np.int64) if sample_phase is None else np.asarray(sample_phase, dtype=np.int64)
-    keys = np.stack([profile.sample_stack.astype(np.int64), profile.sample_thread.astype(np.int64), phase], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True) if n else (np.zeros((0, 3), np.int64), None)
-    inverse = np.asarray(inverse).reshape(-1) if n else inverse
-    count = np.bincount(inverse, minlength=len(unique)) if n else np.zeros(0)
+    phase = (np.full(profile.num_samples, -1, dtype=np.int64) if sample_phase is None
+             else np.asarray(sample_phase, dtype=np.int64))
+    # One integer key per (stack, thread, phase): a 1-D unique is far faster than unique rows.
+    nthreads, nphases = len(profile.threads) + 1, len(phase_names) + 1
+    keys = ((profile.sample_stack.astype(np.int64) + 1) * nthreads + profile.sample_thread) * nphases + phase + 1
+    unique, inverse = np.unique(keys, return_inverse=True)
+    stack_thread, ph = np.divmod(unique, nphases)
+    stack, thread = np.divmod(stack_thread, nthreads)
+    count = np.bincount(inverse, minlength=len(unique))
     if timed:
-        wall = np.rint(np.bincount(inverse, profile.sample_wall, len(unique)) * 1e9).astype(np.int64) if n else count
-        cpu = np.rint(np.bincount(inverse, profile.sample_cpu, len(unique)) * 1e9).astype(np.int64) if n else count
+        wall = np.rint(np.bincount(inverse, profile.sample_wall, len(unique)) * 1e9).astype(np.int64)
+        cpu = np.rint(np.bincount(inverse, profile.sample_cpu, len(unique)) * 1e9).astype(np.int64)
     else:
-        count = np.rint(np.bincount(inverse, profile.sample_wall, len(unique))).astype(np.int64) if n else count
+        count = np.rint(np.bincount(inverse, profile.sample_wall, len(unique))).astype(np.int64)
 
     layer = layer_of_stacks(profile).tolist()
     k_phase, k_layer, k_process, k_thread = (strings(k) for k in ("phase", "layer", "process", "thread"))
@@ -96,8 +99,8 @@ def render_pprof(profile: Profile, mode: str = "wall", sample_phase: np.ndarray 
     layer_labels: dict[int, bytes] = {}
     leaf_first: dict[int, bytes] = {}
     parents, frames = profile.stack_parent.tolist(), profile.stack_frame.tolist()
-    for (stack, thread, ph), c, *values in zip(unique.tolist(), count.tolist(),
-                                               *((wall.tolist(), cpu.tolist()) if timed else ())):
+    for stack, thread, ph, c, *values in zip((stack - 1).tolist(), thread.tolist(), (ph - 1).tolist(), count.tolist(),
+                                             *((wall.tolist(), cpu.tolist()) if timed else ())):
         locations = leaf_first.get(stack)
         if locations is None:
             ids = []
