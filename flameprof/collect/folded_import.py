@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ..errors import FlameprofError
-from ..model import Frame, Profile, ProfileBuilder
+from ..records import Frame, ProfileBuilder
+
+if TYPE_CHECKING:
+    from ..model import Profile
 
 # "name (path/file.py:12)" as written by flameprof and py-spy; anything else is a bare name.
-_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d{1,9}))?\)$")
 _NATIVE_SUFFIX = ("_[k]", "_[j]", "_[i]")
+
+
+def file_kind(file: str) -> str:
+    """``native`` for C/C++ sources and shared libraries, else ``python``."""
+    return "native" if file.endswith((".so", ".c", ".cpp", ".h")) or ".so." in file else "python"
 
 
 def parse_frame(text: str) -> Frame:
@@ -19,10 +28,60 @@ def parse_frame(text: str) -> Frame:
     m = _FRAME.match(text)
     if m and m.group("file"):
         file = m.group("file")
-        kind = "native" if file.endswith((".so", ".c", ".cpp", ".h")) or ".so." in file else "python"
-        return Frame(m.group("name"), file, int(m.group("line") or 0), kind)
+        return Frame(m.group("name"), file, int(m.group("line") or 0), file_kind(file))
     kind = "native" if text.endswith(_NATIVE_SUFFIX) or "::" in text else "python"
     return Frame(text, "", 0, kind)
+
+
+class FoldedLines:
+    """The well-formed ``(stack, weight)`` lines of ``(line number, text)`` pairs of folded text;
+    malformed ones are counted in ``skipped`` (first at ``first_bad``), or raise FlameprofError with
+    their number when ``strict``."""
+
+    def __init__(self, numbered: Iterable[tuple[int, str]], source: str = "<stdin>", strict: bool = True) -> None:
+        self.numbered = numbered
+        self.source = source
+        self.strict = strict
+        self.skipped = 0
+        self.first_bad: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        for number, raw in self.numbered:
+            line = raw.rstrip("\r\n")
+            if not line.strip() or line.startswith("#"):
+                continue
+            stack, sep, count = line.rpartition(" ")
+            try:
+                weight = float(count)
+                if not sep or not stack.strip() or not 0 <= weight < math.inf:
+                    raise ValueError
+            except ValueError:
+                if self.strict:
+                    raise FlameprofError(f"{self.source}:{number}: malformed folded line (expected "
+                                         f"'frame;frame;... count'): {line[:80]!r}") from None
+                self.skipped += 1
+                self.first_bad = self.first_bad or number
+                continue
+            yield stack, weight
+
+
+def note_skipped(meta: dict | None, source: str, skipped: int, first: str, what: str = "malformed line") -> None:
+    """Record skipped input in ``meta['skipped_lines']`` and print the one warning line about it."""
+    if not skipped:
+        return
+    if meta is not None:
+        meta["skipped_lines"] = skipped
+    print(f"flameprof: warning: {source}: skipped {skipped} {what}(s), first at {first}", file=sys.stderr)
+
+
+def counts_to_seconds(profile: Profile, rate: float) -> Profile:
+    """Turn sample counts into seconds for a known sampling rate (Hz); other units are left alone."""
+    if rate <= 0 or profile.meta.get("weight_unit") != "count":
+        return profile
+    profile.sample_wall = profile.sample_wall / rate
+    profile.sample_cpu = profile.sample_cpu / rate
+    profile.meta.update(weight_unit="seconds", rate=rate)
+    return profile
 
 
 def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = True,
@@ -36,24 +95,8 @@ def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = Tr
     thread = builder.thread_id(0, 0, "")
     frame_cache: dict[str, int] = {}
     stack_cache: dict[str, int] = {}
-    skipped = 0
-    first_bad = None
-    for number, raw in enumerate(lines, 1):
-        line = raw.rstrip("\r\n")
-        if not line.strip() or line.startswith("#"):
-            continue
-        stack, sep, count = line.rpartition(" ")
-        try:
-            weight = float(count)
-            if not sep or not stack.strip() or weight < 0 or weight != weight:
-                raise ValueError
-        except ValueError:
-            if strict:
-                raise FlameprofError(f"{source}:{number}: malformed folded line (expected 'frame;frame;... count'): "
-                                     f"{line[:80]!r}") from None
-            skipped += 1
-            first_bad = first_bad or number
-            continue
+    reader = FoldedLines(enumerate(lines, 1), source, strict)
+    for stack, weight in reader:
         sid = stack_cache.get(stack)
         if sid is None:
             ids = []
@@ -64,10 +107,7 @@ def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = Tr
                 ids.append(fid)
             sid = stack_cache[stack] = builder.stack_id(ids)
         builder.add_sample(0.0, thread, sid, weight, weight)
-    if skipped:
-        builder.meta["skipped_lines"] = skipped
-        print(f"flameprof: warning: {source}: skipped {skipped} malformed line(s), first at line {first_bad}",
-              file=sys.stderr)
+    note_skipped(builder.meta, source, reader.skipped, f"line {reader.first_bad}")
     return builder.build()
 
 

@@ -1,4 +1,5 @@
-"""Open any profile input by content: a ``.flameprof`` file or collapsed stacks (``-`` is stdin)."""
+"""Open any profile input by content: a ``.flameprof`` file, py-spy raw or speedscope output,
+``perf script`` text or collapsed stacks (``-`` is stdin)."""
 
 from __future__ import annotations
 
@@ -8,28 +9,52 @@ import sys
 from ..errors import FlameprofError
 from ..model import Profile
 from .. import storage
+from .detect import FORMATS, HEAD, detect_format
 from .folded_import import read_folded
 
 
-def load_input(path: str, strict: bool = True) -> Profile:
-    """Load ``path`` as a ``.flameprof`` profile or, failing the zip signature, as folded text."""
+def read_bytes(path: str) -> bytes:
+    """The whole content of ``path`` (``-``: stdin), or one error line."""
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as fh:
+            return fh.read()
     except IsADirectoryError:
         raise FlameprofError(f"{path} is a directory, not a profile") from None
     except OSError as exc:
         raise FlameprofError(f"cannot read {path}: {exc.strerror or exc}") from None
-    source = "<stdin>" if path == "-" else path
-    if storage.is_flameprof_file(data[:4]):
+
+
+def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = True) -> Profile:
+    """Parse ``data`` in format ``fmt`` (one of detect.FORMATS; detected when None)."""
+    fmt = fmt or detect_format(data[:HEAD])
+    if fmt not in FORMATS:
+        raise FlameprofError(f"unknown input format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt == "flameprof":
         return storage.loads(data, source)
-    if b"\x00" in data[:4096]:
-        raise FlameprofError(f"{source}: not a flameprof profile or folded text (binary data)")
-    text = io.StringIO(data.decode("utf-8", errors="replace"))
-    profile = read_folded(text, source, strict)
+    if fmt == "perf":
+        from .perf_import import read_perf_script
+        profile = read_perf_script([data], source, strict)
+    elif fmt == "speedscope":
+        from .pyspy_import import read_speedscope
+        profile = read_speedscope(data, source, strict)
+    else:
+        if data.startswith(b"PERFILE"):
+            raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
+        if b"\x00" in data[:4096]:
+            raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
+        text = io.StringIO(data.decode("utf-8", errors="replace"))
+        if fmt == "pyspy":
+            from .pyspy_import import read_pyspy_raw
+            profile = read_pyspy_raw(text, source, strict)
+        else:
+            profile = read_folded(text, source, strict)
     if not profile.num_samples:
-        raise FlameprofError(f"{source}: no stacks found")
+        raise FlameprofError(f"{source}: no stacks found (read as {fmt})")
     return profile
+
+
+def load_input(path: str, strict: bool = True) -> Profile:
+    """Load ``path`` in whichever supported format its content is."""
+    return load_bytes(read_bytes(path), "<stdin>" if path == "-" else path, None, strict)

@@ -1,0 +1,432 @@
+"""Read ``perf script`` text: collapse it with the semantics of FlameGraph's ``stackcollapse-perf.pl``,
+or import it as a Profile with one sample per perf event.
+
+The reader works on bytes, as the Perl script does, so odd encodings and sort order match it.
+Speed comes from caching: perf repeats the same stack lines and whole stack bodies many times,
+so each distinct frame line is parsed once and each distinct body (all lines of a sample after
+its header) is turned into its collapsed form once. Blocks that are not a plain "header, then
+indented frame lines" (comments inside, missing blank lines, ...) go through a line-by-line state
+machine that mirrors the Perl loop, so the output stays identical on unusual input too.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, NamedTuple
+
+from ..errors import FlameprofError
+from ..records import Frame, ProcessInfo, ProfileBuilder
+from .folded_import import note_skipped
+
+if TYPE_CHECKING:
+    from ..model import Profile
+
+# The same patterns stackcollapse-perf.pl applies, in Python's (here equivalent) regex dialect.
+_HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")          # comm, pid or tid, tid
+_EVENT = re.compile(rb":\s*(\d+)*\s+(\S+):\s*$")               # period, event name
+_FRAME = re.compile(rb"\s*(\w+)\s*(.+) \((.*)\)")              # pc, symbol, module
+# The usual stack line, "<ws>addr symbol+0xoff (module)" with no other parentheses: for it the
+# pattern above captures exactly these groups, with the offset already stripped from the symbol.
+_USUAL_FRAME = re.compile(rb"\s*(\w+)\s+([^\s(+][^(]*?)(?:\+0x[\da-f]+)? \(([^()]*)\)")
+_OFFSET = re.compile(rb"\+0x[\da-f]+$")
+_GO_METHOD = re.compile(rb"\.\(.*\)\.")
+_ARGS = re.compile(rb"\((?!anonymous namespace\)).*")
+_JIT_MAP = re.compile(rb"/tmp/perf-\d+\.map")
+_TIME = re.compile(rb"\s(\d+\.\d+):")
+_NOT_HEADER_START = frozenset(b" \t\r\n\f\v#")
+_CLOCK_EVENTS = (b"cpu-clock", b"task-clock")
+CHUNK = 8 << 20
+_MISSING, _BAD, _SKIP, _IMPURE = object(), object(), object(), object()   # line cache markers
+
+
+@dataclass(frozen=True)
+class CollapseOptions:
+    """The options of stackcollapse-perf.pl that flameprof supports (``--all`` sets kernel and jit)."""
+
+    pid: bool = False           # "comm-PID" roots
+    tid: bool = False           # "comm-PID/TID" roots
+    kernel: bool = False        # "_[k]" on kernel frames
+    jit: bool = False           # "_[j]" on frames from /tmp/perf-PID.map
+    addrs: bool = False         # "[module <addr>]" for unknown symbols
+    event_filter: bytes = b""   # keep this event only; default: the first event seen
+
+
+# One parsed frame line: its frames as (func, module, raw symbol), in the order of an inline chain.
+LineFrames = tuple[tuple[bytes, bytes, bytes], ...]
+
+
+class _Rest(NamedTuple):
+    value: object          # the caller's value of these lines, or _IMPURE
+    bad: tuple[int, ...]   # indices of unrecognised lines
+    nlines: int
+
+
+def _number(digits: bytes) -> int:
+    """A decimal field; absurdly long ones saturate instead of making huge integers."""
+    return int(digits) if len(digits) <= 19 else 10 ** 19
+
+
+class PerfScriptParser:
+    """Turns ``perf script`` output into samples ``(header, pname, period, value)``.
+
+    The caller says what a sample's value is: ``part`` turns one stack line's frames into a piece,
+    ``extend(value, piece)`` adds a piece leafward of a value, starting from ``empty`` at the root
+    (collapsed text and ``text + ";f"``, or stack ids and ``stack_id(frames, parent)``). Pieces are
+    cached per distinct line and the values of everything below the leaf line per distinct text.
+    Unrecognised lines are counted (``skipped``, ``first_bad``), or raise at the first one when
+    ``strict``.
+    """
+
+    def __init__(self, part: Callable[[LineFrames], object], extend: Callable[[object, object], object],
+                 empty: object, options: CollapseOptions = CollapseOptions(), strict: bool = False,
+                 source: str = "<stdin>", flush_at_end: bool = False) -> None:
+        self.part = part
+        self.extend = extend
+        self.empty = empty
+        self.options = options
+        self.strict = strict
+        self.source = source
+        self.flush_at_end = flush_at_end
+        self.event_filter = options.event_filter
+        self.event_defaulted = False
+        self.other_events: set[bytes] = set()
+        self.skipped = 0
+        self.first_bad: int | None = None
+        self._line_cache: tuple[dict, dict] = ({}, {})   # per java flag: line -> piece | None | _BAD
+        self._rest_cache: tuple[dict, dict] = ({}, {})   # per java flag: lines below the leaf -> _Rest
+        self._symbol_cache: tuple[dict, dict] = ({}, {})  # per java flag: (symbol, module) -> piece
+        # state of the line-by-line machine (only used inside a slow block)
+        self._pname: bytes | None = None
+        self._period = 1
+        self._header: bytes = b""
+        self._parts: list[LineFrames] = []
+        self._lines_done = 0      # lines in input consumed before the current chunk
+
+    # -- public ----------------------------------------------------------------------------
+    def samples(self, chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
+        """Yield ``(header line, pname, period, value)`` per kept sample, in input order."""
+        leftover = b""
+        for chunk in chunks:
+            if not chunk:
+                continue
+            data = leftover + chunk if leftover else chunk
+            blocks = data.split(b"\n\n")
+            leftover = blocks.pop()
+            yield from self._blocks(blocks)
+            self._lines_done += data.count(b"\n") - leftover.count(b"\n")
+        if leftover:
+            # No blank line after it: the Perl script drops this last sample; an import keeps it.
+            lines = leftover.split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()
+            yield from self._slow(lines, 0, flush=self.flush_at_end)
+
+    def report(self) -> None:
+        """Print the one warning line about skipped event types, if any."""
+        if self.other_events and self.event_defaulted:
+            others = ", ".join(sorted(e.decode("utf-8", "replace") for e in self.other_events))
+            print(f"flameprof: warning: {self.source}: several event types; kept only "
+                  f"{self.event_filter.decode('utf-8', 'replace')} (skipped {others})", file=sys.stderr)
+
+    # -- block processing --------------------------------------------------------------------
+    def _blocks(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
+        """Each block is followed by a blank line. Fast path: a header line, a leaf line (its piece
+        cached) and the lines below it (their value cached); anything else takes the slow path."""
+        header_match = _HEADER.match
+        line_caches = self._line_cache
+        rest_caches = self._rest_cache
+        extend = self.extend
+        offset = 0            # lines before this block, within the current chunk
+        for block in blocks:
+            nl = block.find(b"\n")
+            header = block if nl < 0 else block[:nl]
+            m = header_match(header) if header and header[0] not in _NOT_HEADER_START else None
+            if m is not None:
+                java = header[:4] == b"java"
+                if nl < 0:
+                    leaf, rest = None, None
+                else:
+                    nl2 = block.find(b"\n", nl + 1)
+                    leaf = block[nl + 1:] if nl2 < 0 else block[nl + 1:nl2]
+                    rest = None if nl2 < 0 else block[nl2 + 1:]
+                below = rest_caches[java].get(rest)
+                if below is None:
+                    below = self._rest(rest, java)
+                piece = _SKIP if leaf is None else line_caches[java].get(leaf, _MISSING)
+                if piece is _MISSING:
+                    piece = self._leaf_piece(leaf, java)
+                if below.value is not _IMPURE and piece is not _IMPURE:
+                    if piece is _BAD:
+                        self._bad(offset + 2, 1)
+                    if below.bad:
+                        self._bad(offset + 3 + below.bad[0], len(below.bad))
+                    kept = self._header_line(header, m)
+                    if kept is not None:
+                        self._pname = None
+                        value = below.value if piece is None or piece is _BAD or piece is _SKIP \
+                            else extend(below.value, piece)
+                        yield header, kept, self._period, value
+                    offset += below.nlines + (2 if leaf is None else 3)
+                    continue
+            lines = block.split(b"\n")
+            yield from self._slow(lines, offset, flush=True)
+            offset += len(lines) + 1
+
+    def _leaf_piece(self, line: bytes, java: bool) -> object:
+        """The cached piece of one line: a piece, None (no frame), _BAD, _SKIP (comment) or _IMPURE.
+        Lines of the usual shape share pieces per symbol and module (they differ in address only)."""
+        if line[:1] == b"#":
+            piece = _SKIP
+        elif not line or line[0] not in _NOT_HEADER_START:
+            piece = _IMPURE      # blank or possibly a header: needs the state machine
+        else:
+            m = _USUAL_FRAME.fullmatch(line)
+            if m is None:
+                parsed = self._frame_line(line, java)
+                piece = _BAD if parsed == () else None if parsed is None else self.part(parsed)
+            else:
+                pc, sym, mod = m.groups()
+                key = (sym, mod, pc) if self.options.addrs and b"[unknown]" in sym else (sym, mod)
+                symbols = self._symbol_cache[java]
+                piece = symbols.get(key, _MISSING)
+                if piece is _MISSING:
+                    parsed = self._frames(pc, sym, mod, java)
+                    piece = symbols[key] = None if parsed is None else self.part(parsed)
+        self._line_cache[java][line] = piece
+        return piece
+
+    def _rest(self, rest: bytes | None, java: bool) -> "_Rest":
+        """Value of the lines below the leaf (root-first), computed once per distinct text."""
+        lines = [] if rest is None else rest.split(b"\n")
+        cache = self._line_cache[java]
+        value = self.empty
+        bad: list[int] = []
+        extend = self.extend
+        for i in range(len(lines) - 1, -1, -1):
+            line = lines[i]
+            piece = cache.get(line, _MISSING)
+            if piece is _MISSING:
+                piece = self._leaf_piece(line, java)
+            if piece is _IMPURE:
+                value = _IMPURE
+                break
+            if piece is _BAD:
+                bad.append(i)
+            elif piece is not None and piece is not _SKIP:
+                value = extend(value, piece)
+        entry = _Rest(value, tuple(sorted(bad)), len(lines))
+        self._rest_cache[java][rest] = entry
+        return entry
+
+    def _slow(self, lines: list[bytes], offset: int, flush: bool) -> Iterator[tuple[bytes, bytes, int, object]]:
+        """The Perl main loop, line by line; ``flush`` adds the blank line that ended the block."""
+        if flush:
+            lines = lines + [b""]
+        for i, line in enumerate(lines):
+            if line[:1] == b"#":
+                continue
+            if not line:
+                if self._pname is not None:
+                    value = self.empty
+                    for parsed in reversed(self._parts):
+                        value = self.extend(value, self.part(parsed))
+                    yield self._header, self._pname, self._period, value
+                    self._parts = []
+                    self._pname = None
+                continue
+            m = _HEADER.match(line)
+            if m is not None:
+                self._header_line(line, m)
+                continue
+            if _FRAME.match(line) is None:
+                self._bad(offset + i + 1, 1)
+                continue
+            if self._pname is None:
+                continue
+            parsed = self._frame_line(line, self._pname[:4] == b"java")
+            if parsed:
+                self._parts.append(parsed)
+
+    def _bad(self, line_in_chunk: int, count: int) -> None:
+        number = self._lines_done + line_in_chunk
+        if self.strict:
+            raise FlameprofError(f"{self.source}:{number}: unrecognized perf script line")
+        self.skipped += count
+        if self.first_bad is None or number < self.first_bad:
+            self.first_bad = number
+
+    # -- the two kinds of line -----------------------------------------------------------------
+    def _header_line(self, line: bytes, m: re.Match) -> bytes | None:
+        """An event record start: sets pname and period unless the event is filtered out."""
+        comm, pid, tid = m.groups()
+        if tid is None or tid == b"0":
+            tid, pid = pid, b"?"
+        period = b""
+        ev = _EVENT.search(line)
+        if ev is not None:
+            period, event = ev.groups()
+            if not self.event_filter:
+                self.event_filter = event
+                self.event_defaulted = True
+            elif event != self.event_filter:
+                self.other_events.add(event)
+                return None
+        self._period = _number(period) if period and period != b"0" else 1
+        opts = self.options
+        if opts.tid:
+            pname = comm + b"-" + pid + b"/" + tid
+        elif opts.pid:
+            pname = comm + b"-" + pid
+        else:
+            pname = comm
+        self._pname = pname.replace(b" ", b"_")
+        self._header = line
+        return self._pname
+
+    def _frame_line(self, line: bytes, java: bool) -> LineFrames | None:
+        """One stack line -> its frames (an inline chain ``a->b`` gives several); None: no frame,
+        (): not a stack line."""
+        m = _FRAME.match(line)
+        if m is None:
+            return ()
+        pc, rawfunc, mod = m.groups()
+        if b"+0x" in rawfunc:
+            rawfunc = _OFFSET.sub(b"", rawfunc, count=1)
+        if rawfunc[:1] == b"(":
+            return None
+        return self._frames(pc, rawfunc, mod, java)
+
+    def _frames(self, pc: bytes, rawfunc: bytes, mod: bytes, java: bool) -> LineFrames | None:
+        """The frames of a symbol whose offset is already stripped."""
+        if b"->" not in rawfunc:
+            return ((self._func(rawfunc, pc, mod, java, False), mod, rawfunc),) if rawfunc else None
+        pieces = rawfunc.split(b"->")
+        while pieces and not pieces[-1]:
+            pieces.pop()
+        out = tuple((self._func(raw, pc, mod, java, i > 0), mod, raw) for i, raw in enumerate(pieces))
+        return out or None
+
+    def _func(self, func: bytes, pc: bytes, mod: bytes, java: bool, inlined: bool) -> bytes:
+        """The tidied, annotated name of one frame, as stackcollapse-perf.pl writes it."""
+        opts = self.options
+        if func == b"[unknown]":
+            func = mod.rpartition(b"/")[2] if mod != b"[unknown]" else b"unknown"
+            func = b"[" + func + b" <" + pc + b">]" if opts.addrs else b"[" + func + b"]"
+        if b";" in func:
+            func = func.replace(b";", b":")
+        if b"(" in func and _GO_METHOD.search(func) is None:
+            func = _ARGS.sub(b"", func, count=1)
+        if b"'" in func or b'"' in func:
+            func = func.translate(None, b"\"'")
+        if java and b"/" in func and func[:1] == b"L":
+            func = func[1:]
+        if inlined:
+            if b"_[i]" not in func:
+                func += b"_[i]"
+        elif opts.kernel and (mod[:1] == b"[" or mod.endswith(b"vmlinux")) and b"unknown" not in mod:
+            func += b"_[k]"
+        elif opts.jit and _JIT_MAP.search(mod) and b"_[j]" not in func:
+            func += b"_[j]"
+        return func
+
+
+def _collapsed_piece(parsed: LineFrames) -> bytes:
+    return b"".join(b";" + f[0] for f in parsed)
+
+
+def _append(text: bytes, piece: bytes) -> bytes:
+    return text + piece
+
+
+def read_chunks(stream: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:
+    while True:
+        chunk = stream.read(size)
+        if not chunk:
+            return
+        yield chunk
+
+
+def collapse_perf(chunks: Iterable[bytes], options: CollapseOptions = CollapseOptions(), strict: bool = False,
+                  source: str = "<stdin>") -> dict[bytes, int]:
+    """Collapsed stacks (``stack -> summed period``) exactly as stackcollapse-perf.pl computes them."""
+    parser = PerfScriptParser(_collapsed_piece, _append, b"", options, strict, source)
+    out: dict[bytes, int] = {}
+    get = out.get
+    for _header, pname, period, body in parser.samples(chunks):
+        key = pname + body
+        out[key] = get(key, 0) + period
+    note_skipped(None, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line")
+    parser.report()
+    return out
+
+
+def format_collapsed(collapsed: dict[bytes, int]) -> Iterator[bytes]:
+    """Output lines sorted bytewise, as Perl's ``sort { $a cmp $b }`` does."""
+    for key in sorted(collapsed):
+        yield key + b" " + str(collapsed[key]).encode() + b"\n"
+
+
+# -- import as a Profile ------------------------------------------------------------------------
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def perf_frame(func: bytes, mod: bytes, raw: bytes) -> Frame:
+    """A perf frame as a model Frame: Python 3.12+ perf-trampoline symbols ``py::qualname:file`` become
+    Python frames; everything else is native code, with its module (DSO) as the file."""
+    if raw.startswith(b"py::"):
+        name, _, file = _decode(raw[4:]).partition(":")
+        return Frame(name, file, 0, "python")
+    file = "" if mod in (b"[unknown]", b"inlined") else _decode(mod)
+    return Frame(_decode(func), file, 0, "native")
+
+
+def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False) -> Profile:
+    """Import perf script output: one sample per kept event, on a thread per (pid, tid), weighted by the
+    sample period (seconds for cpu-clock/task-clock, event counts otherwise, 1 when perf printed none)."""
+    builder = ProfileBuilder({"source": source, "collector": "perf"})
+    frame_ids: dict[tuple[bytes, bytes, bytes], int] = {}
+
+    def piece(parsed: LineFrames) -> tuple[int, ...]:
+        ids = []
+        for key in parsed:
+            fid = frame_ids.get(key)
+            if fid is None:
+                fid = frame_ids[key] = builder.frame(perf_frame(*key))
+            ids.append(fid)
+        return tuple(ids)
+
+    parser = PerfScriptParser(piece, lambda parent, ids: builder.stack_id(ids, parent), -1, CollapseOptions(),
+                              strict, source, flush_at_end=True)
+    threads: dict[bytes, int] = {}
+    samples: list[tuple[float, int, int, int]] = []
+    for header, _pname, period, stack in parser.samples(chunks):
+        m = _HEADER.match(header)
+        comm, first, second = m.groups()
+        key = comm + b"\0" + first + b"\0" + (second or b"")
+        thread = threads.get(key)
+        if thread is None:
+            pid, tid = (_number(first), _number(second)) if second is not None else (0, _number(first))
+            thread = threads[key] = builder.thread_id(pid, tid, _decode(comm))
+            if pid:
+                builder.process(ProcessInfo(pid, "main" if not builder.processes else "process",
+                                            cmdline=_decode(comm)))
+        t = _TIME.search(header, m.end(2))
+        samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))
+    note_skipped(builder.meta, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line")
+    parser.report()
+    event = parser.event_filter.split(b":")[0]
+    has_period = any(s[3] != 1 for s in samples)
+    if event in _CLOCK_EVENTS and has_period:
+        scale, unit = 1e-9, "seconds"          # clock events count nanoseconds
+    else:
+        scale, unit = 1.0, (_decode(event) if has_period else "count")
+    t0 = min((s[0] for s in samples), default=0.0)
+    for time, thread, stack, period in samples:
+        builder.add_sample(time - t0, thread, stack, period * scale, period * scale)
+    builder.meta.update(weight_unit=unit, event=_decode(parser.event_filter))
+    if samples:
+        builder.meta["duration"] = max(s[0] for s in samples) - t0
+    return builder.build()

@@ -1,0 +1,47 @@
+"""``flameprof import``: turn py-spy, speedscope, perf script or folded output into a ``.flameprof``
+profile, so every renderer and report works on stacks from the tools people already use."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..collect.detect import FORMATS
+from ..errors import FlameprofError
+from .options import positive_rate
+
+IMPORT_FORMATS = tuple(f for f in FORMATS if f != "flameprof")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("import", help="convert py-spy, speedscope, perf script or folded stacks into a profile",
+                       description="Read py-spy raw or speedscope output, perf script text or collapsed stacks "
+                                   "(format detected unless --from is given) and write a .flameprof profile.")
+    p.add_argument("input", metavar="INPUT", help="file to import, - for stdin")
+    p.add_argument("--from", dest="fmt", choices=IMPORT_FORMATS, help="input format (default: detected)")
+    p.add_argument("-o", "--output", default="profile.flameprof", metavar="FILE",
+                   help="profile to write (default: profile.flameprof)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first malformed line instead of skipping it with a warning")
+    p.add_argument("--rate", type=positive_rate, metavar="HZ",
+                   help="sampling rate of count-weighted input (py-spy --rate), to turn counts into seconds")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import storage
+    from ..collect.folded_import import counts_to_seconds
+    from ..collect.load import load_bytes, read_bytes
+
+    source = "<stdin>" if args.input == "-" else args.input
+    profile = load_bytes(read_bytes(args.input), source, args.fmt, args.strict)
+    if args.rate:
+        profile = counts_to_seconds(profile, args.rate)
+    try:
+        storage.save(profile, args.output)
+    except OSError as exc:
+        raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    print(f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from {source} "
+          f"({profile.meta.get('collector', args.fmt)}, weights in {profile.meta.get('weight_unit', 'seconds')}) "
+          f"into {args.output}", file=sys.stderr)
+    return 0
