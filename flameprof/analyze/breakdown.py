@@ -82,12 +82,12 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
                                 minlength=len(LEAF_PHASES))
     steps = find_steps(profile, sample_phase, thread)
     frames = profile.frames
-    layer_weight = _stack_weights(profile, profile.sample_wall, loop)
-    layers = _rank(profile, layer_weight, [f.kind == "layer" for f in frames], None, lambda f: f.name)
+    layer_weight = stack_weights(profile, profile.sample_wall, loop)
+    layers = rank_frames(profile, layer_weight, [f.kind == "layer" for f in frames], None, lambda f: f.name)
     weights = profile.weights(mode)
     labeler = Labeler(profile.meta)
-    code_weight = _stack_weights(profile, weights, None)
-    functions = _rank(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
+    code_weight = stack_weights(profile, weights, None)
+    functions = rank_frames(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
     return Analysis(profile, list(all_rules), sample_phase, thread, phase_seconds, steps, layers, functions,
                     float(weights.sum()))
 
@@ -101,7 +101,7 @@ def stack_has(profile: Profile, predicate: Callable[[Frame], bool]) -> np.ndarra
     return np.asarray(out, dtype=bool)
 
 
-def _stack_weights(profile: Profile, weights: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+def stack_weights(profile: Profile, weights: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """Summed weight per stack id (samples with an empty stack are dropped)."""
     stacks, w = profile.sample_stack, weights
     if mask is not None:
@@ -110,8 +110,8 @@ def _stack_weights(profile: Profile, weights: np.ndarray, mask: np.ndarray | Non
     return np.bincount(stacks[keep], weights=w[keep], minlength=len(profile.stack_parent))
 
 
-def _rank(profile: Profile, stack_weight: np.ndarray, wanted: list[bool], top: int | None,
-          name: Callable[[Frame], str]) -> list[Row]:
+def rank_frames(profile: Profile, stack_weight: np.ndarray, wanted: list[bool], top: int | None,
+                name: Callable[[Frame], str]) -> list[Row]:
     """Top ``top`` (None: all) frames of the wanted kind by self time (innermost wanted frame) and total time
     (every stack containing it, counted once), merged by display name."""
     self_s: dict[str, float] = {}

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import FlameprofError
 from ..frames import Labeler
 from ..model import Frame, Profile
-from .breakdown import Analysis, _rank, _stack_weights, analyze, stack_has
+from .breakdown import Analysis, analyze, rank_frames, stack_has, stack_weights
 from .phases import LEAF_PHASES, PHASES
 
 BASES = ("auto", "wall", "step")
@@ -140,12 +140,12 @@ def item_seconds(analysis: Analysis, basis: Basis) -> dict[tuple[str, str], floa
     for name, ids in PHASE_IDS.items():
         if name in PHASES or "." in name:
             out[("phase", name)] = float(profile.sample_wall[basis.mask & np.isin(analysis.sample_phase, ids)].sum())
-    weights = _stack_weights(profile, profile.sample_wall, basis.mask)
+    weights = stack_weights(profile, profile.sample_wall, basis.mask)
     frames = profile.frames
-    for row in _rank(profile, weights, [f.kind == "layer" for f in frames], None, lambda f: f.name):
+    for row in rank_frames(profile, weights, [f.kind == "layer" for f in frames], None, lambda f: f.name):
         out[("layer", row.name)] = row.total_s
     labeler = Labeler(profile.meta)
-    for row in _rank(profile, weights, [f.kind in _CODE_KINDS for f in frames], None, labeler.label):
+    for row in rank_frames(profile, weights, [f.kind in _CODE_KINDS for f in frames], None, labeler.label):
         out[("fn", row.name)] = row.total_s
     return out
 
