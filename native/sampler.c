@@ -1023,18 +1023,46 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* Rows of completed ticks as bytes: (tick times f64, previous-tick times f64, rows per tick u32,
- * thread u16 (ROW_FRESH on a thread's first row), stack i32, cpu f32). */
+/* Rows of the completed ticks from ``first_tick`` on, as bytes: (tick times f64, rows per tick u32,
+ * thread u16, stack i32, wall f64, cpu f32), wall times worked out here (see append_row). */
 static PyObject *
-Sampler_columns(Sampler *s, PyObject *unused)
+Sampler_columns(Sampler *s, PyObject *args)
 {
-    return Py_BuildValue("(y#y#y#y#y#y#)",
-                         (const char *)s->tick_time, s->nticks * (Py_ssize_t)sizeof(double),
-                         (const char *)s->tick_prev, s->nticks * (Py_ssize_t)sizeof(double),
-                         (const char *)s->tick_rows, s->nticks * (Py_ssize_t)sizeof(uint32_t),
-                         (const char *)s->row_thread, s->done_rows * (Py_ssize_t)sizeof(uint16_t),
-                         (const char *)s->row_stack, s->done_rows * (Py_ssize_t)sizeof(int32_t),
-                         (const char *)s->row_cpu, s->done_rows * (Py_ssize_t)sizeof(float));
+    Py_ssize_t first = 0;
+    if (!PyArg_ParseTuple(args, "|n", &first))
+        return NULL;
+    if (first < 0 || first > s->nticks)
+        first = first < 0 ? 0 : s->nticks;
+    Py_ssize_t row0 = 0;
+    for (Py_ssize_t k = 0; k < first; k++)
+        row0 += s->tick_rows[k];
+    Py_ssize_t nrows = s->done_rows - row0;
+    PyObject *thread = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)sizeof(uint16_t));
+    PyObject *wall = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)sizeof(double));
+    if (thread == NULL || wall == NULL) {
+        Py_XDECREF(thread);
+        Py_XDECREF(wall);
+        return NULL;
+    }
+    uint16_t *out_thread = (uint16_t *)PyBytes_AS_STRING(thread);
+    double *out_wall = (double *)PyBytes_AS_STRING(wall);
+    Py_ssize_t r = row0;
+    for (Py_ssize_t k = first; k < s->nticks; k++) {
+        double now = s->tick_time[k], previous = k > 0 ? s->tick_time[k - 1] : s->tick_prev[k];
+        for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++) {
+            uint16_t raw = s->row_thread[r];
+            out_thread[r - row0] = raw & (uint16_t)~ROW_FRESH;
+            out_wall[r - row0] = now - ((raw & ROW_FRESH) ? s->tick_prev[k] : previous);
+        }
+    }
+    Py_ssize_t nticks = s->nticks - first;
+    return Py_BuildValue("(y#y#Ny#Ny#)",
+                         (const char *)(s->tick_time + first), nticks * (Py_ssize_t)sizeof(double),
+                         (const char *)(s->tick_rows + first), nticks * (Py_ssize_t)sizeof(uint32_t),
+                         thread,
+                         (const char *)(s->row_stack + row0), nrows * (Py_ssize_t)sizeof(int32_t),
+                         wall,
+                         (const char *)(s->row_cpu + row0), nrows * (Py_ssize_t)sizeof(float));
 }
 
 static PyObject *
@@ -1121,7 +1149,8 @@ static PyMethodDef Sampler_methods[] = {
     {"mark_start", (PyCFunction)Sampler_mark_start, METH_NOARGS, "the previous-tick time is now"},
     {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results before the next sample"},
     {"reset_threads", (PyCFunction)Sampler_reset_threads, METH_NOARGS, "forget all threads (after fork)"},
-    {"columns", (PyCFunction)Sampler_columns, METH_NOARGS, "the recorded rows as bytes columns"},
+    {"columns", (PyCFunction)Sampler_columns, METH_VARARGS,
+     "columns(first_tick=0): the rows of completed ticks from first_tick on, as bytes columns"},
     {"start_clock", (PyCFunction)Sampler_start_clock, METH_VARARGS,
      "start_clock(interval, on_slow, slow_interval): sample every interval from a C thread"},
     {NULL, NULL, 0, NULL},

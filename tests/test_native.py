@@ -397,3 +397,19 @@ def test_profiler_meta_reports_native_sampler_and_achieved_rate():
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["native", "10000.0", "True", "True", "True", "True"]
+
+
+def test_raw_columns_from_a_tick_are_the_tail_of_all_rows():
+    with Parked(name="raw"):
+        sampler = NativeSampler(ProfileBuilder())
+        for _ in range(6):
+            sampler.sample()
+    everything = [memoryview(b).cast(c) for b, c in zip(sampler.raw_columns(), sampler.RAW_TYPECODES)]
+    tail = [memoryview(b).cast(c) for b, c in zip(sampler.raw_columns(4), sampler.RAW_TYPECODES)]
+    per_tick = everything[1].tolist()
+    assert len(per_tick) == 6 and all(n >= 2 for n in per_tick)  # the main thread and "raw"
+    skipped = sum(per_tick[:4])
+    assert tail[0].tolist() == everything[0].tolist()[4:] and tail[1].tolist() == per_tick[4:]
+    for full, part in zip(everything[2:], tail[2:]):
+        assert part.tolist() == full.tolist()[skipped:]
+    assert all(w > 0 for w in everything[4].tolist())

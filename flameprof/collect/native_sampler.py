@@ -17,7 +17,6 @@ from .backend import SamplerBase
 from .sampler import MAX_DEPTH, code_frame_id, thread_identity, truncation_marker
 
 
-ROW_FRESH = 0x8000  # flag in a C row's thread index: that thread's first row (see native/sampler.c)
 TICK_HOOK_INTERVAL = 0.05  # seconds between runs of the tick hooks (process counters) on the clock thread
 
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
@@ -87,25 +86,22 @@ class NativeSampler(SamplerBase):
     def __len__(self) -> int:
         return self._c.rows
 
-    RAW_TYPECODES = ("d", "I", "H", "i", "f", "f")  # array/memoryview typecodes of raw_columns()
+    RAW_TYPECODES = ("d", "I", "H", "i", "d", "f")  # array/memoryview typecodes of raw_columns()
 
-    def raw_columns(self) -> tuple:
-        """The C rows as bytes, for a reader that must not import numpy (a child's part writer):
-        (tick times on the perf_counter clock, rows per tick, thread, stack, wall, cpu), completed ticks only."""
-        return self._c.columns()
+    def raw_columns(self, first_tick: int = 0) -> tuple:
+        """The rows as bytes, for a reader that must not import numpy (a child's part writer):
+        (tick times on the perf_counter clock, rows per tick, thread, stack, wall, cpu), for the
+        completed ticks from ``first_tick`` on (a reader that converts incrementally passes the
+        number of ticks it has already read)."""
+        return self._c.columns(first_tick)
 
     def columns(self) -> tuple:
         """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""
         import numpy as np
 
-        tick_time, tick_prev, tick_rows, thread, stack, cpu = self._c.columns()
-        times = np.frombuffer(tick_time, dtype=np.float64)
-        tick = np.repeat(np.arange(len(times)), np.frombuffer(tick_rows, dtype=np.uint32))
-        thread = np.frombuffer(thread, dtype=np.uint16)
-        fresh = thread >= ROW_FRESH
-        # a thread's first row counts from the tick before it; every other row from the previous tick
-        previous = np.where(fresh, np.frombuffer(tick_prev, dtype=np.float64)[tick],
-                            np.concatenate(([0.0], times[:-1]))[tick])
-        return (times[tick] - self.t0, (thread & (ROW_FRESH - 1)).astype(np.int32),
-                np.frombuffer(stack, dtype=np.int32).copy(), times[tick] - previous,
+        tick_time, tick_rows, thread, stack, wall, cpu = self._c.columns()
+        times = np.frombuffer(tick_time, dtype=np.float64) - self.t0
+        return (np.repeat(times, np.frombuffer(tick_rows, dtype=np.uint32)),
+                np.frombuffer(thread, dtype=np.uint16).astype(np.int32),
+                np.frombuffer(stack, dtype=np.int32).copy(), np.frombuffer(wall, dtype=np.float64).copy(),
                 np.frombuffer(cpu, dtype=np.float32).astype(np.float64))
