@@ -16,6 +16,7 @@ from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
 from flameprof.collect.folded_import import read_folded
 from flameprof.errors import FlameprofError
 from flameprof.frames import Labeler
+from flameprof.model import Frame, ProfileBuilder
 from flameprof.render.chrome_trace import write_chrome_trace
 from flameprof.render.exports import step_spans
 from flameprof.analyze.breakdown import analyze
@@ -133,6 +134,22 @@ def test_chrome_trace_timeline_tracks_and_counters():
     counters = [(e["name"], e["ts"], e["args"]["value"]) for e in events if e["ph"] == "C"]
     assert ("CPU %", 100000.0, 50.0) in counters
     assert ("RSS (MiB)", 200000.0, 120.0) in counters
+
+
+def test_chrome_trace_stays_nested_when_sample_intervals_overlap():
+    b = ProfileBuilder({"start_time": 0.0})
+    thread = b.thread_id(1, 1, "MainThread")
+    a = b.stack_id([b.frame(Frame("a")), b.frame(Frame("b"))])
+    c = b.stack_id([b.frame(Frame("a")), b.frame(Frame("c"))])
+    # c's interval (0.05 s back from 0.2) reaches into a's, as a merged or imported profile can have
+    for time, stack, wall in ((0.1, a, 0.1), (0.2, c, 0.15), (0.3, a, 0.1)):
+        b.add_sample(time, thread, stack, wall)
+    events = trace_of(b.build())
+    spans = _spans(events, 1)                        # balanced, each end after its begin
+    stamps = [e["ts"] for e in events if e["ph"] in "BE"]
+    assert stamps == sorted(stamps)
+    assert [(n, a0, a1) for a0, a1, n in spans] == [("a", 0, 300000), ("b", 0, 100000), ("c", 100000, 200000),
+                                                    ("b", 200000, 300000)]
 
 
 def test_chrome_trace_refuses_untimed_folded_input():

@@ -89,10 +89,13 @@ class NodeTree:
 
 
 def _runs(keys: np.ndarray, times: np.ndarray, walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """First sample of each run of equal keys, and the runs' start and end times."""
+    """First sample of each run of equal keys, and the runs' start and end times; a run never starts before
+    the previous one ended (samples whose intervals overlap would otherwise unbalance the nesting)."""
     first = np.concatenate(([0], np.nonzero(keys[1:] != keys[:-1])[0] + 1))
     last = np.concatenate((first[1:] - 1, [len(keys) - 1]))
-    return first, times[first] - walls[first], times[last]
+    ends = times[last]
+    starts = np.maximum(times[first] - walls[first], np.concatenate(([-np.inf], ends[:-1])))
+    return first, starts, np.maximum(ends, starts)
 
 
 def scope_tree(profile: Profile, quote) -> tuple[NodeTree, np.ndarray]:
