@@ -10,6 +10,7 @@ from conftest import assert_one_error_line, run_flameprof
 from flameprof import storage
 from flameprof.analyze.budgets import check, parse_budget
 from flameprof.errors import FlameprofError
+from flameprof.model import ProfileBuilder
 from synthetic import training_profile
 
 # Per step: data 20 %, forward 40 % (encoder 30 %, head 10 %), tokenize 10 %, backward 20 %, optimizer 10 %.
@@ -99,6 +100,11 @@ def test_baseline_by_share_of_wall_time(profiles):
 def test_bad_budgets(text, needle):
     with pytest.raises(FlameprofError, match=needle):
         parse_budget(text)
+
+
+def test_a_profile_without_samples_is_bad_input_not_a_pass():
+    with pytest.raises(FlameprofError, match="no samples"):
+        check(ProfileBuilder().build(), [parse_budget("data=5")])
 
 
 def test_bad_input_exits_2_with_one_line(profiles, tmp_path):

@@ -174,6 +174,8 @@ def check(profile: Profile, budgets: list[Budget], basis: str = "auto", baseline
     base = analyze(baseline, top=0) if baseline is not None else None
     name = choose_basis(basis, [new] + ([base] if base is not None else []))
     new_basis = make_basis(new, name)
+    if new_basis.seconds <= 0:
+        raise FlameprofError("the profile has no samples on its loop thread to check")
     result = CheckResult(name, max_regression=max_regression)
     for budget in budgets:
         seconds = budget_seconds(new, new_basis, budget)
