@@ -28,6 +28,7 @@ STACKS = {
     "backward": [MODULE, Frame("Tensor.backward", TORCH + "_tensor.py", 566)],
     "sync": [MODULE, Frame("synchronize", TORCH + "cuda/__init__.py", 1080)],
     "plain": [MODULE, Frame("work", "/work/app.py", 5)],
+    "seed": [MODULE, Frame("manual_seed_all", TORCH + "cuda/random.py", 90)],
 }
 
 
@@ -102,6 +103,9 @@ def test_advice_names_the_fix_for_what_the_profile_shows():
     training = report_data(stepped({"forward": 80, "dropout": 10, "backward": 10}))["verdict"]["advice"]
     assert not any("Dropout" in a for a in training)
     assert report_data(stepped({"forward": 99, "fetch": 1}))["verdict"]["advice"] == []
+    # pinned-memory advice only when the program really runs on a GPU, not when it merely seeds CUDA
+    assert not any("pin_memory" in a for a in report_data(stepped({"wait": 3, "forward": 7, "seed": 1}))["verdict"]["advice"])
+    assert any("pin_memory" in a for a in report_data(stepped({"wait": 3, "forward": 7, "sync": 1}))["verdict"]["advice"])
 
 
 def test_json_keys_are_stable():

@@ -9,9 +9,11 @@ the profile shows the problem, and says how much time it is about.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from ..model import Frame, Profile
 from .breakdown import Analysis, stack_has
 from .phases import LEAF_PHASES
 from .steps import data_share
@@ -107,12 +109,25 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
     if analysis.loop_seconds and start_s / analysis.loop_seconds >= WORKER_START_ADVICE:
         out.append(f"Starting and stopping DataLoader workers took {start_s:.2f} s: set persistent_workers=True "
                    "so workers survive between epochs.")
-    uses_cuda = any("/torch/cuda/" in f.file.replace("\\", "/") for f in p.frames)
-    pins = any(f.file.replace("\\", "/").endswith("torch/utils/data/_utils/pin_memory.py") for f in p.frames)
-    if uses_cuda and not pins:
+    if _sampled(p, _uses_cuda) and not _sampled(p, _file_is("torch/utils/data/_utils/pin_memory.py")):
         out.append("The model uses CUDA but batches are not pinned: set pin_memory=True and copy with "
                    ".to(device, non_blocking=True).")
     return out
+
+
+def _sampled(profile: Profile, predicate: Callable[[Frame], bool]) -> bool:
+    """Did any sample, on any thread, run inside a frame for which ``predicate`` is true?"""
+    stacks = profile.sample_stack[profile.sample_stack >= 0]
+    return bool(stack_has(profile, predicate)[stacks].any())
+
+
+def _uses_cuda(frame: Frame) -> bool:
+    """A frame only a program that runs on a GPU has: CUDA initialisation, synchronisation, streams
+    (importing torch.cuda or seeding it happens on CPU-only machines too)."""
+    path = frame.file.replace("\\", "/")
+    if "/torch/cuda/" not in path:
+        return False
+    return frame.name in ("_lazy_init", "synchronize") or path.endswith("/torch/cuda/streams.py")
 
 
 def _forward_advice(analysis: Analysis) -> list[str]:
