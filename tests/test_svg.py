@@ -99,6 +99,19 @@ def test_tree_matches_display_stacks_of_every_view():
             assert value == pytest.approx(expected[key]), (view, key)
 
 
+def test_folded_reading_interns_each_call_path_once():
+    lines = ["a;b;c 1", "x;b 2", "a;b 3", "a;b;c 4", "a 5", "f (m.py:01);g 6", "f (m.py:1);g 7"]
+    profile = folded(*lines)
+    profile.validate()
+    prefixes = {tuple(s.split(";")[:k]) for s in (line.rpartition(" ")[0] for line in lines[:5])
+                for k in range(1, s.count(";") + 2)}
+    assert len(profile.stack_parent) == len(prefixes) + 2          # + "f (m.py:1)" and its "g", once
+    stacks = [tuple(profile.frames[f].name for f in profile.stack_frames(s)) for s in profile.sample_stack.tolist()]
+    assert stacks[:5] == [("a", "b", "c"), ("x", "b"), ("a", "b"), ("a", "b", "c"), ("a",)]
+    assert profile.sample_stack[0] == profile.sample_stack[3] and profile.sample_stack[5] == profile.sample_stack[6]
+    assert profile.sample_wall.tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
 def test_frames_with_the_same_label_merge_into_one_node():
     b = ProfileBuilder({"cwd": "/a", "weight_unit": "seconds"})
     thread = b.thread_id(1, 1)

@@ -44,7 +44,8 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
             raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
         if b"\x00" in data[:4096]:
             raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
-        text = io.StringIO(data.decode("utf-8", errors="replace"))
+        # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
         if fmt == "pyspy":
             from .pyspy_import import read_pyspy_raw
             profile = read_pyspy_raw(text, source, strict)
