@@ -206,28 +206,32 @@ def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, 
     assert target.proc.wait(timeout=10) == (0 if how == "exit" else -signal.SIGKILL)
 
 
-def test_subprocesses_covers_the_children(tmp_path):
-    (tmp_path / "child.py").write_text("import time\ndef child_spin():\n    while True:\n        sum(range(10000))\n"
+@pytest.mark.parametrize("backend", ["inject", "py-spy"])
+def test_subprocesses_covers_the_children(tmp_path, backend):
+    (tmp_path / "child.py").write_text("def child_spin():\n    while True:\n        sum(range(10000))\n"
                                        "child_spin()\n")
     (tmp_path / "parent.py").write_text("import subprocess, sys, time\n"
                                         "child = subprocess.Popen([sys.executable, 'child.py'])\n"
-                                        "print(child.pid, flush=True)\n"
-                                        "time.sleep(60)\n")
+                                        "other = subprocess.Popen(['sleep', '60'])\n"
+                                        "print(child.pid, other.pid, flush=True)\n"
+                                        "while True:\n    time.sleep(0.02)\n")
     parent = subprocess.Popen([sys.executable, "parent.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
-    child = int(parent.stdout.readline())
+    children = [int(pid) for pid in parent.stdout.readline().split()]
     try:
         out = tmp_path / "out"
-        proc = run_flameprof("attach", str(parent.pid), "--backend", "py-spy", "--subprocesses", "--duration", "1",
+        proc = run_flameprof("attach", str(parent.pid), "--backend", backend, "--subprocesses", "--duration", "1",
                              "-q", "-o", str(out))
         assert proc.returncode == 0, proc.stderr
+        assert "leaving out" not in proc.stderr and "using py-spy" not in proc.stderr  # sleep is no Python
         profile = storage.load(out / "profile.flameprof")
-        assert profile.meta["backend"] == "py-spy"
+        assert profile.meta["backend"] == backend
         assert "child_spin" in functions(profile)
-        assert {p.pid for p in profile.processes} > {parent.pid}
-        child_threads = {profile.threads[i].pid for i in set(profile.sample_thread.tolist())}
-        assert len(child_threads) == 2
+        assert {p.pid for p in profile.processes} == {parent.pid, children[0]}
+        sampled = {profile.threads[i].pid for i in set(profile.sample_thread.tolist())}
+        assert sampled == {parent.pid, children[0]}
     finally:
-        os.kill(child, signal.SIGKILL)
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
         parent.kill()
         parent.wait()
 
@@ -244,7 +248,8 @@ def test_inject_into_other_python_versions(tmp_path, version):
         proc = run_flameprof("attach", t.pid, "--duration", "0.5", "-q", "-o", str(tmp_path / "out"))
         assert proc.returncode == 0, proc.stderr
         profile = storage.load(tmp_path / "out" / "profile.flameprof")
-        assert profile.meta["backend"] == "inject" and profile.meta["python"] == version
+        assert profile.meta["backend"] == "inject", proc.stderr
+        assert profile.meta["python"] == version
         assert "spin_here" in functions(profile)
         assert t.state(2) == before
         t.stderr.seek(0)

@@ -31,6 +31,7 @@ import struct
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
@@ -46,7 +47,7 @@ GDB_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
 START_TIMEOUT = 60.0     # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
-BOOTSTRAP_ERROR = "bootstrap-error.txt"
+BOOTSTRAP_ERROR = "bootstrap-error"
 
 # Runs inside gdb's Python. The payload path comes from the environment, never from gdb's
 # command line, so nothing needs quoting for gdb.
@@ -113,7 +114,7 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
         "    from flameprof.collect.attach_agent import serve\n"
         "except BaseException as exc:\n"
         "    try:\n"
-        f"        with open({ascii(os.path.join(channel, BOOTSTRAP_ERROR))}, 'w') as fh:\n"
+        f"        with open({ascii(os.path.join(channel, BOOTSTRAP_ERROR))} + '-%d' % __import__('os').getpid(), 'w') as fh:\n"
         "            fh.write(f'{type(exc).__name__}: {exc}'[:300])\n"
         "    except BaseException:\n"
         "        pass\n"
@@ -133,10 +134,11 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
 
 
 class Channel:
-    """The private directory and listening socket shared with one target."""
+    """The private directory and listening socket shared with the processes being attached."""
 
-    def __init__(self, target: TargetProcess) -> None:
-        self.target = target
+    def __init__(self, targets: list[TargetProcess]) -> None:
+        self.pids = {t.pid for t in targets}
+        self.accepted: set[int] = set()
         base = tempfile.gettempdir()
         if len(base) > 60:  # a unix socket path must fit in 108 bytes
             base = "/tmp"
@@ -144,10 +146,10 @@ class Channel:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.server.bind(os.path.join(self.path, SOCKET_NAME))
-            self.server.listen(1)
-            if target.uid != os.geteuid():  # root attaching to another user's process
-                os.chown(self.path, target.uid, -1)
-                os.chown(os.path.join(self.path, SOCKET_NAME), target.uid, -1)
+            self.server.listen(len(targets))
+            if targets[0].uid != os.geteuid():  # root attaching to another user's process
+                os.chown(self.path, targets[0].uid, -1)
+                os.chown(os.path.join(self.path, SOCKET_NAME), targets[0].uid, -1)
         except OSError as exc:
             self.close()
             raise FlameprofError(f"cannot create the attach channel in {base}: {exc.strerror or exc}") from None
@@ -155,20 +157,21 @@ class Channel:
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def accept(self, timeout: float) -> socket.socket | None:
-        """The target's connection, or None if it does not connect within ``timeout`` seconds."""
+    def accept(self, timeout: float) -> tuple[int, socket.socket] | None:
+        """(pid, connection) of the next attached process to connect, or None after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.server], [], [], left)[0]:
+            if not select.select([self.server], [], [], max(0.0, deadline - time.monotonic()))[0]:
                 return None
             conn, _ = self.server.accept()
-            if _peer_pid(conn) == self.target.pid:
-                return conn
+            pid = _peer_pid(conn)
+            if pid in self.pids and pid not in self.accepted:
+                self.accepted.add(pid)
+                return pid, conn
             conn.close()  # someone else (same user) found the socket: ignore it
 
     def read_private(self, name: str, limit: int) -> bytes | None:
-        """A file the target wrote into the channel, opened without following links."""
+        """A file a target wrote into the channel, opened without following links."""
         try:
             fd = os.open(self.file(name), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
@@ -225,12 +228,17 @@ class _Events:
         return event if isinstance(event, dict) else {}
 
 
-def _run_gdb(gdb: str, target: TargetProcess, channel: Channel) -> None:
+def _write_injection_files(channel: Channel) -> tuple[str, str]:
+    """The gdb script and the bootstrap it writes into each process, as private files in the channel."""
     script, payload = channel.file("inject.gdb.py"), channel.file("bootstrap.py")
     for path, data in ((script, GDB_SCRIPT.encode()), (payload, bootstrap_source(channel.path, _package_dir()))):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+    return script, payload
+
+
+def _run_gdb(gdb: str, target: TargetProcess, script: str, payload: str) -> None:
     cmd = [gdb, "-q", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set auto-solib-add off",
            "-iex", "set confirm off", "-p", str(target.pid), "-x", script]
     env = dict(os.environ, FLAMEPROF_ATTACH_PAYLOAD=payload)
@@ -259,87 +267,197 @@ def _run_gdb(gdb: str, target: TargetProcess, channel: Channel) -> None:
     raise InjectUnavailable(f"gdb could not inject into the process ({last[0].strip()[:160]})")
 
 
+def _try_gdb(gdb: str, target: TargetProcess, files: tuple[str, str]) -> str | None:
+    """Inject into a child process; what went wrong, or None."""
+    try:
+        _run_gdb(gdb, target, *files)
+    except FlameprofError as exc:
+        return str(exc)
+    return None
+
+
 def _package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def record(target: TargetProcess, duration: float | None, rate: float, mode: str = "wall",
-           note: Callable[[str], None] = lambda text: None) -> "Profile":
-    """Profile ``target`` for ``duration`` seconds (None: until Ctrl-C) with the injected agent.
+class _Remote:
+    """The CLI's end of one process's agent: its connection and how it ended."""
 
-    Raises InjectUnavailable when injection cannot work here (the caller may use py-spy instead),
-    FlameprofError for everything else.
+    def __init__(self, target: TargetProcess, conn: socket.socket, main: bool) -> None:
+        self.target = target
+        self.conn = conn
+        self.main = main
+        self.events = _Events(conn)
+        self.result: dict | None = None  # the "saved" or "error" event; {} when the connection ended
+
+    def pump(self, timeout: float | None) -> None:
+        """Read what the agent sent within ``timeout``; sets ``result`` when it finished."""
+        event = self.events.next(timeout)
+        if event is None:
+            if self.events.closed and self.result is None:
+                self.result = {}
+        elif event.get("event") in ("saved", "error"):
+            self.result = event
+
+    def fail(self, message: str, note: Callable[[str], None], error: type = FlameprofError) -> None:
+        """The main process's problem ends the attach; a child's is noted and the child left out."""
+        if self.main:
+            raise error(message)
+        note(f"leaving out child process {self.target.pid}: {message}")
+
+
+def record(target: TargetProcess, duration: float | None, rate: float,
+           note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = ()) -> "Profile":
+    """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
+    injected agent; several processes come back as one merged profile.
+
+    Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
+    instead), FlameprofError for everything else; a child that cannot be profiled is left out.
     """
     gdb = shutil.which("gdb")
     if gdb is None:
         raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
-    with Channel(target) as channel:
-        _run_gdb(gdb, target, channel)
-        conn = channel.accept(CONNECT_TIMEOUT)
-        if conn is None:
-            failure = channel.read_private(BOOTSTRAP_ERROR, 300)
+    with Channel([target, *children]) as channel:
+        files = _write_injection_files(channel)
+        _run_gdb(gdb, target, *files)
+        injected = [target]
+        with ThreadPoolExecutor(max_workers=4) as pool:  # a gdb run is mostly waiting on the process
+            failures = pool.map(lambda child: _try_gdb(gdb, child, files), children)
+        for child, failure in zip(children, failures):
             if failure:
-                raise InjectUnavailable("the agent failed to load in the process: "
-                                        + failure.decode("utf-8", "replace").strip())
-            if not alive(target.pid):
-                raise FlameprofError(f"process {target.pid} exited before profiling started")
-            raise InjectUnavailable(f"the process's main thread ran no Python code for {CONNECT_TIMEOUT:.0f} s "
-                                    "(blocked in a long call), so the agent could not start")
-        with conn:
-            conn.sendall((json.dumps({"rate": rate, "mode": mode}) + "\n").encode())
-            events = _Events(conn)
-            started = events.next(START_TIMEOUT) or {}
-            if started.get("event") == "error":
-                raise InjectUnavailable(str(started.get("message", "the agent failed"))[:300])
-            if started.get("event") != "started":
-                if not alive(target.pid):
-                    raise FlameprofError(f"process {target.pid} exited before profiling started")
-                raise FlameprofError(f"the agent in process {target.pid} did not start")
-            note(f"profiling process {target.pid} (Python {target.version_text}) "
+                note(f"leaving out child process {child.pid}: {failure}")
+            else:
+                injected.append(child)
+        remotes = _start(channel, injected, rate)
+        try:
+            others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
+            note(f"profiling process {target.pid}{others} (Python {target.version_text}) "
                  + (f"for {duration:g} s" if duration else "until Ctrl-C"))
-            saved = _wait(events, duration)
-            if saved is None:
-                try:
-                    conn.sendall(b"stop\n")
-                except OSError:
-                    pass
-                saved = _next_of(events, SAVE_TIMEOUT)
-        if saved is not None and saved.get("event") == "error":
-            raise FlameprofError(str(saved.get("message", "the agent failed"))[:300])
-        if saved is not None and saved.get("event") == "saved":
-            if saved.get("reason") == "exit":
-                note(f"process {target.pid} exited during the attach; saved the samples taken so far")
-            return _load(channel, target)
-        if alive(target.pid):
-            raise FlameprofError(f"the agent in process {target.pid} did not hand back a profile")
-        profile = _load(channel, target, missing=f"process {target.pid} exited before its profile could be saved")
-        note(f"process {target.pid} ended abruptly during the attach; saved the samples up to its last "
-             f"flush (every {FLUSH_INTERVAL:g} s)")
-        return profile
+            _wait(channel, remotes, injected, rate, duration)
+            _stop(remotes)
+            for child in injected[1:]:
+                if child.pid not in channel.accepted:
+                    note(f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}")
+            profiles = [p for p in (_collect(channel, r, note) for r in remotes) if p is not None]
+        finally:
+            for remote in remotes:
+                remote.conn.close()
+    if len(profiles) == 1:
+        return profiles[0]
+    from ..analyze.merge import merge_profiles
+
+    merged = merge_profiles(profiles, main_pid=target.pid)
+    merged.meta.update(collector="attach", backend="inject")
+    return merged
 
 
-def _next_of(events: _Events, timeout: float) -> dict | None:
-    """The next meaningful event within ``timeout`` (None when the connection ends)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        event = events.next(max(0.0, deadline - time.monotonic()))
-        if event is None or event.get("event") in ("saved", "error"):
-            return event
+def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, rate: float,
+            timeout: float) -> _Remote | None:
+    """The next agent to connect, configured; None after ``timeout`` seconds."""
+    got = channel.accept(timeout)
+    if got is None:
+        return None
+    pid, conn = got
+    conn.sendall((json.dumps({"rate": rate, "main": pid == main_pid}) + "\n").encode())
+    return _Remote(by_pid[pid], conn, pid == main_pid)
 
 
-def _wait(events: _Events, duration: float | None) -> dict | None:
-    """Wait out the duration (or Ctrl-C); an event that arrives first (the target exited) wins."""
+def _start(channel: Channel, injected: list[TargetProcess], rate: float) -> list[_Remote]:
+    """Wait for the main process's agent to sample (children that connect meanwhile are kept;
+    later ones are accepted while waiting). The main process's remote comes first."""
+    main = injected[0]
+    by_pid = {t.pid: t for t in injected}
+    remotes: list[_Remote] = []
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while not any(r.main for r in remotes):
+        remote = _accept(channel, by_pid, main.pid, rate, deadline - time.monotonic())
+        if remote is None:
+            for other in remotes:
+                other.conn.close()  # their agents stop at the end of file
+            raise _not_started(channel, main, f"for {CONNECT_TIMEOUT:.0f} s")
+        remotes.append(remote)
+    remotes.sort(key=lambda r: not r.main)
+    event = remotes[0].events.next(START_TIMEOUT) or {}
+    if event.get("event") == "error":
+        raise InjectUnavailable(str(event.get("message", "the agent failed"))[:300])
+    if event.get("event") != "started":
+        if not alive(main.pid):
+            raise FlameprofError(f"process {main.pid} exited before profiling started")
+        raise FlameprofError(f"the agent in process {main.pid} did not start")
+    return remotes
+
+
+def _not_started(channel: Channel, target: TargetProcess, waited: str) -> FlameprofError:
+    """Why the agent of ``target`` never connected, after waiting ``waited``."""
+    failure = channel.read_private(f"{BOOTSTRAP_ERROR}-{target.pid}", 300)
+    if failure:
+        return InjectUnavailable("the agent failed to load in the process: " + failure.decode("utf-8", "replace"))
+    if not alive(target.pid):
+        return FlameprofError(f"process {target.pid} exited before profiling started")
+    return InjectUnavailable(f"the process's main thread ran no Python code {waited} (blocked in a long call), "
+                             "so the agent could not start")
+
+
+def _wait(channel: Channel, remotes: list[_Remote], injected: list[TargetProcess], rate: float,
+          duration: float | None) -> None:
+    """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
+    accepting the agents of children that connect meanwhile."""
     deadline = None if duration is None else time.monotonic() + duration
+    main = remotes[0]
+    by_pid = {t.pid: t for t in injected}
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while main.result is None and (deadline is None or time.monotonic() < deadline):
+            live = [r for r in remotes if r.result is None]
+            waiting = [channel.server] if len(channel.accepted) < len(injected) else []
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            event = events.next(left)
-            if event is None and events.closed:
-                return {}
-            if event and event.get("event") in ("saved", "error"):
-                return event
+            ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
+            if channel.server in ready:
+                remote = _accept(channel, by_pid, main.target.pid, rate, 0)
+                if remote is not None:
+                    remotes.append(remote)
+            for remote in live:
+                if remote.conn in ready:
+                    remote.pump(0)
     except KeyboardInterrupt:
         pass
+
+
+def _stop(remotes: list[_Remote]) -> None:
+    """Tell every agent still sampling to stop, and wait for each to save."""
+    for remote in remotes:
+        if remote.result is None:
+            try:
+                remote.conn.sendall(b"stop\n")
+            except OSError:
+                pass
+    deadline = time.monotonic() + SAVE_TIMEOUT
+    for remote in remotes:
+        while remote.result is None and time.monotonic() < deadline:
+            remote.pump(max(0.0, deadline - time.monotonic()))
+
+
+def _collect(channel: Channel, remote: _Remote, note: Callable[[str], None]) -> "Profile | None":
+    """The profile one agent handed back (or, if its process was killed, what it wrote last)."""
+    pid = remote.target.pid
+    result = remote.result or {}
+    if result.get("event") == "saved":
+        if result.get("reason") == "exit":
+            note(f"process {pid} exited during the attach; saved the samples taken so far")
+        return _load(channel, remote.target)
+    if result.get("event") == "error":
+        message = str(result.get("message", "the agent failed"))[:300]
+    elif alive(pid):
+        message = f"the agent in process {pid} did not hand back a profile"
+    else:
+        try:
+            profile = _load(channel, remote.target, f"process {pid} exited before its profile could be saved")
+        except FlameprofError as exc:
+            message = str(exc)
+        else:
+            note(f"process {pid} ended abruptly during the attach; saved the samples up to its last "
+                 f"flush (every {FLUSH_INTERVAL:g} s)")
+            return profile
+    remote.fail(message, note)
     return None
 
 

@@ -61,6 +61,7 @@ class _Agent:
         self.tid = threading.get_native_id()
         self.writer = None
         self.finished = False
+        self.main = True
         self.t_start = 0.0
 
     def send(self, **event: object) -> None:
@@ -87,13 +88,12 @@ class _Agent:
     def run(self) -> None:
         self.sock.settimeout(None)
         config = json.loads(self.read_line() or b"{}")
-        from ..profiler import SESSION
-        from .parts import PartWriter
-
-        _quiet_session_start()
-        SESSION.acquire(float(config.get("rate", 100.0)))
-        self.t_start = SESSION.now()
-        self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
+        self.main = bool(config.get("main", True))
+        try:
+            self.start(float(config.get("rate", 100.0)))
+        except Exception as exc:
+            self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
+            return
         atexit.register(self.finish, "exit")
         self.send(event="started", pid=os.getpid(), python=sys.version.split()[0])
         self.sock.settimeout(FLUSH_INTERVAL)
@@ -104,9 +104,24 @@ class _Agent:
             self.finish("stop")
             atexit.unregister(self.finish)
 
+    def start(self, rate: float) -> None:
+        """Join (or start) the process's profiling session and begin this attach's part."""
+        from ..profiler import SESSION
+        from .parts import PartWriter
+
+        _quiet_session_start()
+        SESSION.acquire(rate)
+        try:
+            self.t_start = SESSION.now()
+            self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
+        except BaseException:
+            SESSION.release()
+            raise
+
     def flush(self, final: bool = False) -> None:
         from ..profiler import SESSION, run_metadata
         from ..records import ProcessInfo
+        from .children import command_line, process_role
         from .counters import CPU_PERCENT, RSS_BYTES
 
         counters = SESSION.counters
@@ -116,8 +131,8 @@ class _Agent:
         meta = dict(run_metadata(), start_time=SESSION.start_time, window_start=self.t_start,
                     duration=SESSION.now() - self.t_start, rate=1.0 / sampler.interval,
                     sampler=getattr(sampler, "kind", ""), agent_tid=self.tid)
-        info = ProcessInfo(os.getpid(), "main", meta["host"], " ".join(getattr(sys, "orig_argv", sys.argv)),
-                           os.getppid())
+        role = "main" if self.main else process_role()  # a DataLoader worker knows its id only later
+        info = ProcessInfo(os.getpid(), role, meta["host"], command_line(), os.getppid())
         self.writer.write(info, meta, series, final)
 
     def finish(self, reason: str) -> None:
@@ -133,4 +148,4 @@ class _Agent:
                 self.flush(final=True)
                 self.send(event="saved", reason=reason)
             except Exception as exc:
-                self.send(event="error", message=f"the agent could not save the profile: {exc}")
+                self.send(event="error", message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")

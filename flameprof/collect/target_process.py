@@ -166,3 +166,40 @@ def alive(pid: int) -> bool:
     """True while ``pid`` exists and has not exited (a zombie has)."""
     stat = _read(f"/proc/{pid}/stat")
     return stat is not None and stat[stat.rfind(")") + 2:stat.rfind(")") + 3] not in ("Z", "X")
+
+
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _read(f"/proc/{name}/stat")
+            if stat:
+                fields = stat[stat.rfind(")") + 2:].split()
+                children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def python_descendants(pid: int, note=lambda text: None) -> list[TargetProcess]:
+    """The CPython processes below ``pid`` that can be profiled (DataLoader workers, ...).
+
+    Other programs are passed over silently, and so are multiprocessing's helper processes (they
+    only wait on a pipe); a Python child that cannot be profiled is named in a ``note``.
+    """
+    children = _children_map()
+    found: list[TargetProcess] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        child = todo.pop(0)
+        todo.extend(children.get(child, ()))
+        cmdline = (_read(f"/proc/{child}/cmdline") or "").replace("\0", " ")
+        if any(helper in cmdline for helper in _HELPERS):
+            continue
+        try:
+            found.append(inspect(child))
+        except FlameprofError as exc:
+            if "not a Python process" not in str(exc) and alive(child):
+                note(f"leaving out child process {child}: {exc}")
+    return found

@@ -57,14 +57,12 @@ def attach(args: argparse.Namespace) -> int:
     options = output_options(args)
     profile = None
     backend = args.backend
-    if backend == "inject" and args.subprocesses:
-        backend = "py-spy"
-        _note("--subprocesses samples the child processes with py-spy")
     if backend == "inject":
         from ..collect import attach as inject
 
+        children = target_process.python_descendants(target.pid, _note) if args.subprocesses else []
         try:
-            profile = inject.record(target, args.duration, args.rate, args.mode, _note)
+            profile = inject.record(target, args.duration, args.rate, _note, children)
         except inject.InjectUnavailable as exc:
             if shutil.which("py-spy") is None:
                 raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
