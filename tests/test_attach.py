@@ -236,7 +236,7 @@ def test_subprocesses_covers_the_children(tmp_path, backend):
         parent.wait()
 
 
-@pytest.mark.parametrize("version", ["3.12.1", "3.10.13"])
+@pytest.mark.parametrize("version", ["3.10.13", "3.12.1", "3.13.0"])
 def test_inject_into_other_python_versions(tmp_path, version):
     """These pyenv interpreters have no numpy: the agent must not need it."""
     python = os.path.expanduser(f"~/.pyenv/versions/{version}/bin/python{version[:version.rindex('.')]}")
