@@ -25,7 +25,6 @@ def _relative(c: Change) -> str:
 
 def diff_table(items: list[Change], unit: str = "seconds", fmt: str = "text", limit: int = 10) -> str:
     """``unit`` is ``seconds``, ``count`` (imported sample counts) or ``share`` (normalized: fractions)."""
-    unit = {"seconds": "s"}.get(unit, unit)
     out: list[str] = []
     what = "share of each profile" if unit == "share" else ("samples" if unit == "count" else "seconds")
     for kind, title in _TITLES.items():
