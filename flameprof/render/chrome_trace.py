@@ -13,7 +13,7 @@ memory of a few arrays, not of the whole JSON text.
 from __future__ import annotations
 
 import json
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 import numpy as np
 
@@ -98,7 +98,7 @@ def _runs(keys: np.ndarray, times: np.ndarray, walls: np.ndarray) -> tuple[np.nd
     return first, starts, np.maximum(ends, starts)
 
 
-def scope_tree(profile: Profile, quote) -> tuple[NodeTree, np.ndarray]:
+def scope_tree(profile: Profile, quote: Callable[[int], str]) -> tuple[NodeTree, np.ndarray]:
     """The tree of layer/scope paths, and per interned stack (index 0: the empty stack) its path's node."""
     is_scope = [f.kind in _SCOPE_KINDS for f in profile.frames]
     ids: dict[tuple[int, int], int] = {}
