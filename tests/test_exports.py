@@ -102,7 +102,8 @@ def _spans(events, tid):
 def test_chrome_trace_timeline_tracks_and_counters():
     profile = training_profile(TICKS, steps=3)
     profile.counters = {"cpu_percent": (np.array([0.1, 0.2]), np.array([50.0, 97.0])),
-                        "rss_bytes": (np.array([0.1, 0.2]), np.array([2.0 ** 20 * 100, 2.0 ** 20 * 120]))}
+                        "rss_bytes": (np.array([0.1, 0.2]), np.array([2.0 ** 20 * 100, 2.0 ** 20 * 120])),
+                        "dataloader worker 0: rss_bytes": (np.array([0.15]), np.array([2.0 ** 20 * 40]))}
     analysis = analyze(profile)
     events = trace_of(profile, analysis.sample_phase, LEAF_PHASES, step_spans(analysis))
     tracks = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -134,6 +135,7 @@ def test_chrome_trace_timeline_tracks_and_counters():
     counters = [(e["name"], e["ts"], e["args"]["value"]) for e in events if e["ph"] == "C"]
     assert ("CPU %", 100000.0, 50.0) in counters
     assert ("RSS (MiB)", 200000.0, 120.0) in counters
+    assert ("RSS (MiB) (dataloader worker 0)", 150000.0, 40.0) in counters     # a merged child's counter
 
 
 def test_chrome_trace_stays_nested_when_sample_intervals_overlap():

@@ -203,9 +203,12 @@ def write_chrome_trace(profile: Profile, out: IO[str], sample_phase: np.ndarray 
             w.meta("thread_name", pid, step_tids[pid], "steps", -1)
         w.lines([f'{{"ph":"X","cat":"step","name":"step {number}","pid":{pid},"tid":{step_tids[pid]},'
                  f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}'])
-    for key, (title, scale) in _COUNTERS.items():
-        if key in profile.counters:
-            times, values = profile.counters[key]
-            w.lines([f'{{"ph":"C","name":"{title}","pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
-                     for t, v in zip(times.tolist(), values.tolist())])
+    for key, (times, values) in sorted(profile.counters.items()):
+        label, _, name = key.rpartition(": ")      # a merged profile names them "<process>: <counter>"
+        if name not in _COUNTERS:
+            continue
+        title, scale = _COUNTERS[name]
+        quoted = json.dumps(f"{title} ({label})" if label else title)
+        w.lines([f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
+                 for t, v in zip(times.tolist(), values.tolist())])
     out.write("\n]}\n")
