@@ -155,6 +155,41 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
     assert channels() <= channels_before  # the private channel is removed
 
 
+TORCH_TARGET = r'''
+import torch
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+print("ready", flush=True)
+while True:
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+'''
+
+
+def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
+    from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
+
+    trainer = subprocess.Popen([sys.executable, "-c", TORCH_TARGET], stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline() == "ready\n"
+        out = tmp_path / "out"
+        proc = run_flameprof("attach", str(trainer.pid), "--duration", "1", "-q", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        profile = storage.load(out / "profile.flameprof")
+        assert profile.meta["backend"] == "inject"
+        layers = {f.name for f in profile.frames if f.kind == "layer"}
+        assert {"Sequential", "Sequential.0 (Linear)"} <= layers, layers
+        phases = {LEAF_PHASES[i] for i in set(phase_of_samples(profile).tolist())}
+        assert {"forward", "backward", "optimizer"} <= phases, phases
+        assert trainer.poll() is None
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
 WATCHER = r'''
 import os, signal, subprocess, sys
 events = []

@@ -307,7 +307,8 @@ class _Remote:
 
 
 def record(target: TargetProcess, duration: float | None, rate: float,
-           note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = ()) -> "Profile":
+           note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = (),
+           backward_layers: bool = False) -> "Profile":
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
     injected agent; several processes come back as one merged profile.
 
@@ -328,12 +329,13 @@ def record(target: TargetProcess, duration: float | None, rate: float,
                 note(f"leaving out child process {child.pid}: {failure}")
             else:
                 injected.append(child)
-        remotes = _start(channel, injected, rate)
+        config = {"rate": rate, "backward_layers": backward_layers}
+        remotes = _start(channel, injected, config)
         try:
             others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
             note(f"profiling process {target.pid}{others} (Python {target.version_text}) "
                  + (f"for {duration:g} s" if duration else "until Ctrl-C"))
-            _wait(channel, remotes, injected, rate, duration)
+            _wait(channel, remotes, injected, config, duration)
             _stop(remotes)
             for child in injected[1:]:
                 if child.pid not in channel.accepted:
@@ -351,18 +353,18 @@ def record(target: TargetProcess, duration: float | None, rate: float,
     return merged
 
 
-def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, rate: float,
+def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, config: dict,
             timeout: float) -> _Remote | None:
     """The next agent to connect, configured; None after ``timeout`` seconds."""
     got = channel.accept(timeout)
     if got is None:
         return None
     pid, conn = got
-    conn.sendall((json.dumps({"rate": rate, "main": pid == main_pid}) + "\n").encode())
+    conn.sendall((json.dumps(dict(config, main=pid == main_pid)) + "\n").encode())
     return _Remote(by_pid[pid], conn, pid == main_pid)
 
 
-def _start(channel: Channel, injected: list[TargetProcess], rate: float) -> list[_Remote]:
+def _start(channel: Channel, injected: list[TargetProcess], config: dict) -> list[_Remote]:
     """Wait for the main process's agent to sample (children that connect meanwhile are kept;
     later ones are accepted while waiting). The main process's remote comes first."""
     main = injected[0]
@@ -370,7 +372,7 @@ def _start(channel: Channel, injected: list[TargetProcess], rate: float) -> list
     remotes: list[_Remote] = []
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while not any(r.main for r in remotes):
-        remote = _accept(channel, by_pid, main.pid, rate, deadline - time.monotonic())
+        remote = _accept(channel, by_pid, main.pid, config, deadline - time.monotonic())
         if remote is None:
             for other in remotes:
                 other.conn.close()  # their agents stop at the end of file
@@ -398,7 +400,7 @@ def _not_started(channel: Channel, target: TargetProcess, waited: str) -> Flamep
                              "so the agent could not start")
 
 
-def _wait(channel: Channel, remotes: list[_Remote], injected: list[TargetProcess], rate: float,
+def _wait(channel: Channel, remotes: list[_Remote], injected: list[TargetProcess], config: dict,
           duration: float | None) -> None:
     """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
     accepting the agents of children that connect meanwhile."""
@@ -412,7 +414,7 @@ def _wait(channel: Channel, remotes: list[_Remote], injected: list[TargetProcess
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
             if channel.server in ready:
-                remote = _accept(channel, by_pid, main.target.pid, rate, 0)
+                remote = _accept(channel, by_pid, main.target.pid, config, 0)
                 if remote is not None:
                     remotes.append(remote)
             for remote in live:

@@ -90,7 +90,7 @@ class _Agent:
         config = json.loads(self.read_line() or b"{}")
         self.main = bool(config.get("main", True))
         try:
-            self.start(float(config.get("rate", 100.0)))
+            self.start(float(config.get("rate", 100.0)), bool(config.get("backward_layers", False)))
         except Exception as exc:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
             return
@@ -104,13 +104,13 @@ class _Agent:
             self.finish("stop")
             atexit.unregister(self.finish)
 
-    def start(self, rate: float) -> None:
+    def start(self, rate: float, backward_layers: bool) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
         from ..profiler import SESSION
         from .parts import PartWriter
 
         _quiet_session_start()
-        SESSION.acquire(rate)
+        SESSION.acquire(rate, backward_layers)
         try:
             self.t_start = SESSION.now()
             self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())

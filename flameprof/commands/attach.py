@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
                         "when injection is impossible)")
     p.add_argument("--subprocesses", action="store_true",
-                   help="also profile the process's child processes (DataLoader workers); uses py-spy")
+                   help="also profile the process's Python child processes (DataLoader workers)")
+    p.add_argument("--backward-layers", action="store_true",
+                   help="as for flameprof run (inject only): attribute backward time to layers with autograd hooks")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     add_render_options(p)
     p.set_defaults(func=attach)
@@ -56,13 +58,12 @@ def attach(args: argparse.Namespace) -> int:
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
     profile = None
-    backend = args.backend
-    if backend == "inject":
+    if args.backend == "inject":
         from ..collect import attach as inject
 
         children = target_process.python_descendants(target.pid, _note) if args.subprocesses else []
         try:
-            profile = inject.record(target, args.duration, args.rate, _note, children)
+            profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers)
         except inject.InjectUnavailable as exc:
             if shutil.which("py-spy") is None:
                 raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
