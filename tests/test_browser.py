@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -57,6 +58,8 @@ class Browser:
         if port is None:
             self.close()
             _unavailable("chromium did not start its DevTools endpoint")
+        # keep draining its log, so a chatty browser never blocks on a full pipe
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
         pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
         url = next(p["webSocketDebuggerUrl"] for p in pages if p["type"] == "page")
         self.ws = websocket.create_connection(url, timeout=60, suppress_origin=True)
