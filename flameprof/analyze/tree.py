@@ -212,15 +212,16 @@ def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of each node by chasing parent pointers for all nodes at once."""
-    depth = np.zeros(len(parent), dtype=np.int32)
-    active = np.flatnonzero(parent >= 0)
-    cursor = parent[active]
+    """Depth of each node by pointer jumping: each round adds the distance to the ancestor reached so
+    far and jumps twice as far, so ~log2(max depth) vectorised rounds."""
+    depth = (parent >= 0).astype(np.int32)
+    ancestor = parent.copy()
+    active = np.flatnonzero(ancestor >= 0)
     while len(active):
-        depth[active] += 1
-        cursor = parent[cursor]
-        alive = cursor >= 0
-        active, cursor = active[alive], cursor[alive]
+        up = ancestor[active]
+        depth[active] += depth[up]
+        ancestor[active] = ancestor[up]
+        active = active[ancestor[active] >= 0]
     return depth
 
 

@@ -10,6 +10,7 @@ written inside the script: names only appear XML-escaped in attributes and text 
 from __future__ import annotations
 
 import colorsys
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Callable
@@ -46,9 +47,12 @@ _ESCAPE.update({c: "\ufffd" for c in range(0xD800, 0xE000)})
 _ESCAPE.update({0xFFFE: "\ufffd", 0xFFFF: "\ufffd"})
 
 
+_NEEDS_ESCAPE = re.compile("[&<>\"\x00-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def escape(text: str) -> str:
     """``text`` safe inside an XML attribute value or text node."""
-    return text.translate(_ESCAPE)
+    return text.translate(_ESCAPE) if _NEEDS_ESCAPE.search(text) else text
 
 
 @dataclass
