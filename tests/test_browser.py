@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -46,7 +47,8 @@ class Browser:
         if binary is None:
             _unavailable("chromium is not installed")
         self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True)
         port = None
         deadline = time.monotonic() + 60
         while port is None and time.monotonic() < deadline:
@@ -72,7 +74,10 @@ class Browser:
     def close(self) -> None:
         if getattr(self, "ws", None) is not None:
             self.ws.close()
-        self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)     # the browser and its helper processes
+        except ProcessLookupError:
+            pass
         self.proc.wait()
 
     def _handle(self, msg: dict) -> None:
