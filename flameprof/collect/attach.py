@@ -27,6 +27,7 @@ import os
 import select
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import tempfile
@@ -49,15 +50,14 @@ START_TIMEOUT = 60.0     # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
 BOOTSTRAP_ERROR = "bootstrap-error"
 
-# Runs inside gdb's Python. The payload path comes from the environment, never from gdb's
-# command line, so nothing needs quoting for gdb.
+# Runs inside gdb's Python. It and the payload come from gdb's environment, never from its command
+# line or from a file, so nothing needs quoting for gdb and nothing can be swapped under it.
 GDB_SCRIPT = r'''
 import os
 import gdb
 
 def flameprof_inject():
-    with open(os.environ["FLAMEPROF_ATTACH_PAYLOAD"], "rb") as fh:
-        data = fh.read() + b"\0"
+    data = os.environ["FLAMEPROF_ATTACH_PAYLOAD"].encode("ascii") + b"\0"
     for lib in ("libc", "libpython"):
         gdb.execute("sharedlibrary " + lib, to_string=True)
     try:
@@ -172,12 +172,12 @@ class Channel:
 
     def read_private(self, name: str, limit: int) -> bytes | None:
         """A file a target wrote into the channel, opened without following links."""
-        try:
-            fd = os.open(self.file(name), os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # no link, and no FIFO or device that would block or never end
+            fd = os.open(self.file(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as fh:
-            return fh.read(limit)
+            return fh.read(limit) if stat.S_ISREG(os.fstat(fd).st_mode) else None
 
     def close(self) -> None:
         self.server.close()
@@ -228,20 +228,13 @@ class _Events:
         return event if isinstance(event, dict) else {}
 
 
-def _write_injection_files(channel: Channel) -> tuple[str, str]:
-    """The gdb script and the bootstrap it writes into each process, as private files in the channel."""
-    script, payload = channel.file("inject.gdb.py"), channel.file("bootstrap.py")
-    for path, data in ((script, GDB_SCRIPT.encode()), (payload, bootstrap_source(channel.path, _package_dir()))):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    return script, payload
-
-
-def _run_gdb(gdb: str, target: TargetProcess, script: str, payload: str) -> None:
+def _run_gdb(gdb: str, target: TargetProcess, payload: bytes) -> None:
+    # The script and the payload travel in gdb's environment: no file that the target's user could
+    # swap (the channel directory is theirs when root attaches) is ever read by gdb.
     cmd = [gdb, "-q", "-batch", "-nx", "-iex", "set auto-load off", "-iex", "set auto-solib-add off",
-           "-iex", "set confirm off", "-p", str(target.pid), "-x", script]
-    env = dict(os.environ, FLAMEPROF_ATTACH_PAYLOAD=payload)
+           "-iex", "set confirm off", "-p", str(target.pid),
+           "-ex", "python exec(__import__('os').environ['FLAMEPROF_ATTACH_SCRIPT'])"]
+    env = dict(os.environ, FLAMEPROF_ATTACH_SCRIPT=GDB_SCRIPT, FLAMEPROF_ATTACH_PAYLOAD=payload.decode("ascii"))
     # Its own session: a Ctrl-C meant for flameprof must not interrupt gdb inside the target.
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", env=env, start_new_session=True)
@@ -267,10 +260,10 @@ def _run_gdb(gdb: str, target: TargetProcess, script: str, payload: str) -> None
     raise InjectUnavailable(f"gdb could not inject into the process ({last[0].strip()[:160]})")
 
 
-def _try_gdb(gdb: str, target: TargetProcess, files: tuple[str, str]) -> str | None:
+def _try_gdb(gdb: str, target: TargetProcess, payload: bytes) -> str | None:
     """Inject into a child process; what went wrong, or None."""
     try:
-        _run_gdb(gdb, target, *files)
+        _run_gdb(gdb, target, payload)
     except FlameprofError as exc:
         return str(exc)
     return None
@@ -319,11 +312,11 @@ def record(target: TargetProcess, duration: float | None, rate: float,
     if gdb is None:
         raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
     with Channel([target, *children]) as channel:
-        files = _write_injection_files(channel)
-        _run_gdb(gdb, target, *files)
+        payload = bootstrap_source(channel.path, _package_dir())
+        _run_gdb(gdb, target, payload)
         injected = [target]
         with ThreadPoolExecutor(max_workers=4) as pool:  # a gdb run is mostly waiting on the process
-            failures = pool.map(lambda child: _try_gdb(gdb, child, files), children)
+            failures = pool.map(lambda child: _try_gdb(gdb, child, payload), children)
         for child, failure in zip(children, failures):
             if failure:
                 note(f"leaving out child process {child.pid}: {failure}")
