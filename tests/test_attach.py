@@ -334,6 +334,26 @@ def test_not_a_python_process(tmp_path):
     assert_attach_refused(tmp_path, ["sleep", "30"], "not a Python process", "sleep")
 
 
+def test_a_launcher_process_points_to_its_python_child(tmp_path):
+    launcher = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; true"],
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(f"/proc/{launcher.pid}/task/{launcher.pid}/children") or \
+                not open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        child = open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()[0]
+        while not os.readlink(f"/proc/{child}/exe").rsplit("/", 1)[-1].startswith("python"):  # exec done
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert_one_error_line(run_flameprof("attach", str(launcher.pid), "--duration", "1", "-o", str(tmp_path)),
+                              "not a Python process (", f"its child {child} is: flameprof attach {child}")
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+
+
 def test_unsupported_python_version(tmp_path):
     python = os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python3.9")
     if not os.path.exists(python):

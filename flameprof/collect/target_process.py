@@ -152,7 +152,9 @@ def inspect(pid: int) -> TargetProcess:
     if version is None:
         if "python" in os.path.basename(exe).lower():
             raise FlameprofError(f"cannot tell which Python version process {pid} runs ({exe})")
-        raise FlameprofError(f"process {pid} is not a Python process ({os.path.basename(exe) or exe})")
+        hint = [str(c) for c in _children_map().get(pid, ()) if _looks_like_python(c)]
+        raise FlameprofError(f"process {pid} is not a Python process ({os.path.basename(exe) or exe})"
+                             + (f"; its child {hint[0]} is: flameprof attach {hint[0]}" if len(hint) == 1 else ""))
     if version not in SUPPORTED:
         raise FlameprofError(f"process {pid} runs Python {version[0]}.{version[1]}; flameprof attach supports "
                              f"CPython 3.10 to 3.13")
@@ -160,6 +162,14 @@ def inspect(pid: int) -> TargetProcess:
     if denial:
         raise FlameprofError(denial)
     return TargetProcess(pid, uid, exe, version)
+
+
+def _looks_like_python(pid: int) -> bool:
+    """Whether ``pid`` runs a python executable (a launcher such as pyenv's shim may be its parent)."""
+    try:
+        return python_version(os.readlink(f"/proc/{pid}/exe"), "") is not None
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:
