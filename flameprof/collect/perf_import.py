@@ -2,11 +2,12 @@
 or import it as a Profile with one sample per perf event.
 
 The reader works on bytes, as the Perl script does, so odd encodings and sort order match it.
-Speed comes from caching: perf repeats the same stack lines and whole stack bodies many times,
-so each distinct frame line is parsed once and each distinct body (all lines of a sample after
-its header) is turned into its collapsed form once. Blocks that are not a plain "header, then
-indented frame lines" (comments inside, missing blank lines, ...) go through a line-by-line state
-machine that mirrors the Perl loop, so the output stays identical on unusual input too.
+Speed comes from caching, since perf repeats itself: each distinct stack line is parsed once (and
+lines that differ only in address share the work per symbol), and everything below a sample's
+leaf line, which repeats far more often than whole samples do, is turned into its value once.
+Blocks that are not a plain "header, then indented frame lines" (comments inside, a missing blank
+line, ...) go through a line-by-line state machine that mirrors the Perl loop, so the output stays
+identical on unusual input too.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class PerfScriptParser:
         self.other_events: set[bytes] = set()
         self.skipped = 0
         self.first_bad: int | None = None
-        self._line_cache: tuple[dict, dict] = ({}, {})   # per java flag: line -> piece | None | _BAD
+        self._line_cache: tuple[dict, dict] = ({}, {})   # per java flag: line -> piece or a marker
         self._rest_cache: tuple[dict, dict] = ({}, {})   # per java flag: lines below the leaf -> _Rest
         self._symbol_cache: tuple[dict, dict] = ({}, {})  # per java flag: (symbol, module) -> piece
         # state of the line-by-line machine (only used inside a slow block)
@@ -156,7 +157,7 @@ class PerfScriptParser:
                     below = self._rest(rest, java)
                 piece = _SKIP if leaf is None else line_caches[java].get(leaf, _MISSING)
                 if piece is _MISSING:
-                    piece = self._leaf_piece(leaf, java)
+                    piece = self._line_piece(leaf, java)
                 if below.value is not _IMPURE and piece is not _IMPURE:
                     if piece is _BAD:
                         self._bad(offset + 2, 1)
@@ -174,7 +175,7 @@ class PerfScriptParser:
             yield from self._slow(lines, offset, flush=True)
             offset += len(lines) + 1
 
-    def _leaf_piece(self, line: bytes, java: bool) -> object:
+    def _line_piece(self, line: bytes, java: bool) -> object:
         """The cached piece of one line: a piece, None (no frame), _BAD, _SKIP (comment) or _IMPURE.
         Lines of the usual shape share pieces per symbol and module (they differ in address only)."""
         if line[:1] == b"#":
@@ -208,7 +209,7 @@ class PerfScriptParser:
             line = lines[i]
             piece = cache.get(line, _MISSING)
             if piece is _MISSING:
-                piece = self._leaf_piece(line, java)
+                piece = self._line_piece(line, java)
             if piece is _IMPURE:
                 value = _IMPURE
                 break
@@ -411,7 +412,7 @@ def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: b
             pid, tid = (_number(first), _number(second)) if second is not None else (0, _number(first))
             thread = threads[key] = builder.thread_id(pid, tid, _decode(comm))
             if pid:
-                builder.process(ProcessInfo(pid, "main" if not builder.processes else "process",
+                builder.process(ProcessInfo(pid, "main" if not builder.processes else "",
                                             cmdline=_decode(comm)))
         t = _TIME.search(header, m.end(2))
         samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))

@@ -58,7 +58,7 @@ class _Threads:
         pid, tid, name = 0, default_tid, default_name
         for kind, ident, text in roots:
             if kind == "process":
-                self.builder.process(ProcessInfo(ident, "main" if not pid else "subprocess", cmdline=text, ppid=pid))
+                self.builder.process(ProcessInfo(ident, "main" if not pid else "", cmdline=text, ppid=pid))
                 pid = ident
             else:
                 tid, name = ident, text
