@@ -149,3 +149,7 @@ class _Agent:
                 self.send(event="saved", reason=reason)
             except Exception as exc:
                 self.send(event="error", message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
+            self.writer = None
+            with SESSION.lock:
+                if SESSION.users == 0:  # nobody else profiles: drop the samples (a long attach holds many MB)
+                    SESSION.builder = SESSION.sampler = SESSION.counters = None
