@@ -727,6 +727,7 @@ static struct {
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
+    unsigned long saved_switch; /* the program's switch interval, when lowered while running (0: not) */
     uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -805,16 +806,27 @@ pending_sample(void *unused)
     return 0;
 }
 
-/* Take the GIL. Before 3.13 a waiting thread asks the holder to let go only after the switch
- * interval (5 ms by default, longer than a tick at high rates): lower it for this one wait. */
+/* Before 3.13 a thread waiting for the GIL asks the holder to let go only after the switch
+ * interval (5 ms by default), longer than a tick at high rates. 3.10 and 3.11 let the clock thread
+ * lower it for its own wait only; 3.12 reads it through the current thread state, so there it is
+ * lowered while the clock runs (start_clock/stop_clock, with the GIL). */
+#define LOWER_PER_WAIT (PY_VERSION_HEX < 0x030C0000)
+#define LOWER_WHILE_RUNNING (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
+
+#if LOWER_PER_WAIT || LOWER_WHILE_RUNNING
+static unsigned long
+quick_switch_interval(void)
+{
+    unsigned long quick = (unsigned long)(clk.interval * 1e6 / 8);
+    return quick < 20 ? 20 : quick;
+}
+#endif
+
 static void
 acquire_gil(PyThreadState *ts)
 {
-#if PY_VERSION_HEX < 0x030D0000
-    unsigned long saved = _PyEval_GetSwitchInterval();
-    unsigned long quick = (unsigned long)(clk.interval * 1e6 / 8);
-    if (quick < 20)
-        quick = 20;
+#if LOWER_PER_WAIT
+    unsigned long saved = _PyEval_GetSwitchInterval(), quick = quick_switch_interval();
     int lower = quick < saved;
     if (lower)
         _PyEval_SetSwitchInterval(quick);
@@ -917,10 +929,21 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.by_pending = clk.by_clock = 0;
     clk.ident = 0;
     clk.alive = 1;
+    clk.saved_switch = 0;
+#if LOWER_WHILE_RUNNING
+    if (quick_switch_interval() < _PyEval_GetSwitchInterval()) {
+        clk.saved_switch = _PyEval_GetSwitchInterval();
+        _PyEval_SetSwitchInterval(quick_switch_interval());
+    }
+#endif
     s->last_tick = monotonic();
     int err = pthread_create(&clk.thread, NULL, clock_main, NULL);
     if (err != 0) {
         clk.alive = 0;
+#if LOWER_WHILE_RUNNING
+        if (clk.saved_switch)
+            _PyEval_SetSwitchInterval(clk.saved_switch);
+#endif
         Py_CLEAR(clk.on_slow);
         clk.sampler = NULL;
         Py_DECREF(s);
@@ -948,6 +971,10 @@ stop_clock(PyObject *unused1, PyObject *unused2)
     pthread_mutex_lock(&clk.mu);
     clk.alive = 0;
     pthread_mutex_unlock(&clk.mu);
+#if LOWER_WHILE_RUNNING
+    if (clk.saved_switch && _PyEval_GetSwitchInterval() == quick_switch_interval())
+        _PyEval_SetSwitchInterval(clk.saved_switch);
+#endif
     Sampler *s = clk.sampler;
     clk.sampler = NULL;
     Py_CLEAR(clk.on_slow);
