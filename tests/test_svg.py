@@ -164,6 +164,13 @@ def test_seconds_profile_carries_sample_counts_and_kinds():
     assert "of wall time, 11 samples" in svg
 
 
+def test_legend_lists_only_the_kinds_drawn():
+    profile = folded("main (app.py:1) 100000", "main (app.py:1);loads (/usr/lib/python3.11/json/decoder.py:5) 1")
+    for minwidth, kinds in ((0, ["your code", "standard library"]), (0.1, ["your code"])):
+        legend = ET.fromstring(render_svg(profile, minwidth=minwidth).encode()).find(f"{SVG}g[@id='legend']")
+        assert [t.text for t in legend.iter(f"{SVG}text")] == kinds
+
+
 HOSTILE = ["<script>alert(1)</script>", "]]><script>alert(2)</script>", "a & b", 'q"uote\'s', "ctl\x01\x7f",
            "<![CDATA[x]]>"]
 

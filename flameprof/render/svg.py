@@ -95,8 +95,9 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
     height = TOP + frames_h + BOTTOM
     y = depth * FRAME_H if icicle else (levels - 1 - depth) * FRAME_H
     if paint is None:
-        classes, used = _classes(tree)
-        node_class = [classes[f] if f >= 0 else "r" for f in tree.frame[shown].tolist()]
+        frame_ids = tree.frame[shown].tolist()
+        classes, used = _classes(tree, set(frame_ids) - {-1})
+        node_class = [classes[f] if f >= 0 else "r" for f in frame_ids]
         entries = [(f"{_KINDS[k][0]}1", _NAMES[k]) for k in used]
         css, notes = _css(used), None
     else:
@@ -163,14 +164,14 @@ def _number(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:.6g}"
 
 
-def _classes(tree: CallTree) -> tuple[list[str], list[str]]:
-    """CSS class of each display frame (kind letter + shade) and the kinds present, in legend order."""
-    classes, present = [], set()
-    for frame, label in zip(tree.frames, tree.labels):
-        kind = category(frame)
+def _classes(tree: CallTree, frame_ids: set[int]) -> tuple[dict[int, str], list[str]]:
+    """CSS class of each drawn frame (kind letter + shade) and the kinds drawn, in legend order."""
+    classes, present = {}, set()
+    for f in frame_ids:
+        kind = category(tree.frames[f])
         kind = kind if kind in _KINDS else "marker"
         present.add(kind)
-        classes.append(f"{_KINDS[kind][0]}{zlib.crc32(label.encode('utf-8', 'replace')) % SHADES}")
+        classes[f] = f"{_KINDS[kind][0]}{zlib.crc32(tree.labels[f].encode('utf-8', 'replace')) % SHADES}"
     return classes, [k for k in CATEGORIES if k in present]
 
 
