@@ -1041,10 +1041,16 @@ Sampler_invalidate(Sampler *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* After fork: the child has one thread; forget the parent's threads. */
+/* After fork: the child has one thread and no clock; forget the parent's threads (and give
+ * back the switch interval the parent's clock had lowered). */
 static PyObject *
 Sampler_reset_threads(Sampler *s, PyObject *unused)
 {
+#if LOWER_WHILE_RUNNING
+    if (clk.saved_switch && !clk.alive && _PyEval_GetSwitchInterval() == quick_switch_interval())
+        _PyEval_SetSwitchInterval(clk.saved_switch);
+    clk.saved_switch = 0;
+#endif
     s->nthreads = 0;
     s->last_tick = monotonic();
     Py_RETURN_NONE;
