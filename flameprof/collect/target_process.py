@@ -164,6 +164,14 @@ def inspect(pid: int) -> TargetProcess:
     return TargetProcess(pid, uid, exe, version)
 
 
+def same_mount_namespace(pid: int) -> bool:
+    """Whether ``pid`` sees the same files as this process (not so inside another container)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+    except OSError:
+        return True  # cannot tell: let the attach try
+
+
 def _looks_like_python(pid: int) -> bool:
     """Whether ``pid`` runs a python executable (a launcher such as pyenv's shim may be its parent)."""
     try:
