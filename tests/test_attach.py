@@ -312,6 +312,34 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
                                         env={"PATH": str(bin_dir)}), "gdb is not installed", "py-spy")
 
 
+def can_unshare() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-m", "true"]).returncode == 0
+
+
+@pytest.mark.skipif(not can_unshare(), reason="cannot make a mount namespace here (needs CAP_SYS_ADMIN)")
+@pytest.mark.parametrize("private_tmp", [False, True])
+def test_a_process_with_its_own_mount_namespace(tmp_path, private_tmp):
+    """Like a systemd service: same files (inject works) or a private /tmp (no channel: py-spy)."""
+    loop = "def spin_here():\n    while True:\n        sum(range(10000))\nspin_here()\n"
+    setup = "mount -t tmpfs none /tmp && " if private_tmp else ""
+    target = subprocess.Popen(["unshare", "-m", "sh", "-c", f'{setup}exec "$0" -c "$1"', sys.executable, loop])
+    try:
+        deadline = time.monotonic() + 10
+        while not os.readlink(f"/proc/{target.pid}/exe").rsplit("/", 1)[-1].startswith("python"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc = run_flameprof("attach", str(target.pid), "--duration", "1", "-q", "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stderr
+        profile = storage.load(tmp_path / "out" / "profile.flameprof")
+        assert "spin_here" in functions(profile)
+        assert profile.meta["backend"] == ("py-spy" if private_tmp else "inject"), proc.stderr
+        assert ("a private /tmp" in proc.stderr) == private_tmp
+    finally:
+        target.kill()
+        target.wait()
+
+
 def test_no_such_process(tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import FlameprofError
 from .attach_agent import FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME
 from .parts import part_files
-from .target_process import TargetProcess, alive, explain_ptrace_failure, same_mount_namespace
+from .target_process import TargetProcess, alive, explain_ptrace_failure, sees_paths
 
 if TYPE_CHECKING:
     from ..model import Profile
@@ -311,13 +311,15 @@ def record(target: TargetProcess, duration: float | None, rate: float,
     gdb = shutil.which("gdb")
     if gdb is None:
         raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
-    elsewhere = "it sees another file system (a container), where flameprof and the channel do not exist"
-    if not same_mount_namespace(target.pid):
-        raise InjectUnavailable(elsewhere)
-    for child in [c for c in children if not same_mount_namespace(c.pid)]:
-        note(f"leaving out child process {child.pid}: {elsewhere}")
-    children = [c for c in children if same_mount_namespace(c.pid)]
     with Channel([target, *children]) as channel:
+        paths = (channel.path, _package_dir())
+        elsewhere = ("it sees other files (a container, or a private /tmp), without flameprof or the channel "
+                     f"directory {channel.path}")
+        if not sees_paths(target.pid, paths):
+            raise InjectUnavailable(elsewhere)
+        for child in [c for c in children if not sees_paths(c.pid, paths)]:
+            note(f"leaving out child process {child.pid}: {elsewhere}")
+        children = [c for c in children if sees_paths(c.pid, paths)]
         payload = bootstrap_source(channel.path, _package_dir())
         _run_gdb(gdb, target, payload)
         injected = [target]

@@ -164,12 +164,13 @@ def inspect(pid: int) -> TargetProcess:
     return TargetProcess(pid, uid, exe, version)
 
 
-def same_mount_namespace(pid: int) -> bool:
-    """Whether ``pid`` sees the same files as this process (not so inside another container)."""
+def sees_paths(pid: int, paths: tuple[str, ...]) -> bool:
+    """Whether ``pid`` sees each of ``paths`` as the same directory as this process does (not so
+    in another container, or with a private /tmp), judged through ``/proc/PID/root``."""
     try:
-        return os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+        return all(os.stat(f"/proc/{pid}/root{path}").st_ino == os.stat(path).st_ino for path in paths)
     except OSError:
-        return True  # cannot tell: let the attach try
+        return False
 
 
 def _looks_like_python(pid: int) -> bool:
