@@ -3,7 +3,8 @@
 How (the CLI side; ``attach_agent`` is the side inside the target):
 
 1. A private channel: a fresh 0700 directory (owned by the target's user) holding a unix socket
-   the CLI listens on. Only that user and root can reach it; the CLI checks the peer's pid.
+   the CLI listens on. Only that user and root can reach it; the CLI checks each peer's pid
+   (the target's, or with ``--subprocesses`` one of its Python descendants').
 2. gdb attaches, maps one anonymous page in the target (``mmap``, a bare system call: no malloc
    lock is taken while the target is stopped at an arbitrary instruction), writes the bootstrap
    source into it and queues ``PyRun_SimpleString(page)`` with ``Py_AddPendingCall``, then
@@ -13,8 +14,9 @@ How (the CLI side; ``attach_agent`` is the side inside the target):
 3. The agent connects, samples, writes its part file (``parts.py``, mode 0600) into the channel
    every few seconds and a last time on "stop" (or when the CLI disappears, or at the target's
    exit).
-4. The CLI loads the part with ``storage.loads`` (zip of JSON and ``.npy`` without pickle) from a
-   file opened without following symlinks; nothing the target writes is ever executed.
+4. The CLI loads each part with ``storage.loads`` (zip of JSON and ``.npy`` without pickle) from a
+   regular file opened without following symlinks, drops the agent's own thread and merges the
+   processes by role; nothing a target writes is ever executed.
 
 Paths are put into the bootstrap with ``ascii()``, which yields a Python literal that evaluates to
 the same string whatever it contains, so no path can inject code.
