@@ -39,6 +39,7 @@ if __name__ == "__main__":
     import sitecustomize
     print("user sitecustomize:", getattr(sitecustomize, "MARK", None), flush=True)
     {"ok": child_work, "crash": crash_work, "doomed": doomed_work}[sys.argv[1]]()
+    print("numpy in child:", "numpy" in sys.modules)  # profiling (and its flushes) must not import it
 """
 
 JOB = """
@@ -52,7 +53,7 @@ def spin(seconds):
         pass
 
 def spawned_work():
-    spin(0.4)
+    spin(0.8)
 
 def forked_work():
     spin(0.4)
@@ -159,6 +160,11 @@ def test_a_users_own_sitecustomize_still_runs(job):
     assert "doomed says user sitecustomize: still here" in proc.stdout
 
 
+def test_children_stay_light(job):
+    proc, profile, out = job
+    assert "numpy in child: False" in proc.stdout.splitlines()
+
+
 def test_times_share_one_clock(job):
     proc, profile, out = job
     assert profile.sample_time.min() >= -0.05
@@ -170,12 +176,15 @@ def test_no_subprocesses_profiles_only_the_main_process(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     script = tmp_path / "main.py"
     script.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(tmp_path / 'child.py')!r}, 'ok'])\n")
-    proc = run_flameprof("run", "-q", "--no-subprocesses", "-o", str(tmp_path / "out"), str(script))
-    assert proc.returncode == 0, proc.stderr
-    profile = storage.load(tmp_path / "out" / "profile.flameprof")
-    assert not any(f.kind == "process" for f in profile.frames)
-    assert not any(f.name == "child_work" for f in profile.frames)
-    assert sorted(os.listdir(tmp_path / "out")) == ["profile.flameprof", "profile.folded", "profile.svg"]
+    for mode, target in (("script", [str(script)]), ("command", ["--", sys.executable, str(script)])):
+        out = tmp_path / mode
+        proc = run_flameprof("run", "-q", "--no-subprocesses", "-o", str(out), *target)
+        assert proc.returncode == 0, proc.stderr
+        profile = storage.load(out / "profile.flameprof")
+        assert len(profile.processes) <= 1 and not any(f.kind == "process" for f in profile.frames)
+        assert any(f.name == "<module>" and f.file == str(script) for f in profile.frames)
+        assert not any(f.name == "child_work" for f in profile.frames)
+        assert sorted(os.listdir(out)) == ["profile.flameprof", "profile.folded", "profile.svg"]
 
 
 def test_run_any_command_passes_its_outcome_through(tmp_path):

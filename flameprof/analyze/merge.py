@@ -66,7 +66,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
     end = 0.0
     for profile, group in zip(profiles, infos):
         offset = float(profile.meta.get("start_time", 0.0)) - epoch
-        end = max(end, offset + profile.duration)
+        end = max(end, offset + float(profile.meta.get("window_start", 0.0)) + profile.duration)
         root = -1
         label = ""
         if n_processes > 1 and len(group) == 1 and not has_process_roots(profile):

@@ -4,7 +4,7 @@
 started with it (through the ``bootstrap/sitecustomize.py`` on its path) starts the sampler before
 its own code runs; a process forked from a profiled one restarts the sampler in the child
 (``os.register_at_fork``: the sampling thread does not survive a fork). Either way the process then
-writes its samples to its own part file: every few seconds from the sampler's tick, so a killed
+writes its samples to its own part file: every second or so from the sampler's tick, so a killed
 process still leaves most of them, and once more when it ends, from ``atexit`` or from ``os._exit``
 (which skips ``atexit``, and is how forked ``multiprocessing`` children end).
 """
@@ -39,7 +39,8 @@ class _Tree:
     directory: str | None = None
     rate = 100.0
     recorder: "_Recorder | None" = None
-    hooks_installed = False
+    fork_hook = False
+    exit_hooks = False
 
 
 _TREE = _Tree()
@@ -49,9 +50,16 @@ def enable_tree(directory: str, rate: float) -> None:
     """Profile the children this process forks (spawned ones get the environment instead)."""
     _TREE.directory = directory
     _TREE.rate = rate
-    if not _TREE.hooks_installed:
-        _TREE.hooks_installed = True
+    if not _TREE.fork_hook:
+        _TREE.fork_hook = True
         os.register_at_fork(after_in_child=_after_fork_in_child)
+    _install_exit_hooks()
+
+
+def _install_exit_hooks() -> None:
+    """Write the final part at exit, also through ``os._exit`` (inherited by forked children)."""
+    if not _TREE.exit_hooks:
+        _TREE.exit_hooks = True
         atexit.register(_finish_recorder)
         os._exit = _exit_after_flush
 
@@ -67,6 +75,7 @@ def start_from_environment() -> None:
     if os.environ.get(ENV_TREE) == "0":
         forget_environment(os.environ)
         _TREE.rate = rate
+        _install_exit_hooks()
     else:
         enable_tree(directory, rate)
     if _rank() is not None and ENV_RANK_PID not in os.environ:
@@ -190,9 +199,14 @@ class _Recorder:
         self.due = time.monotonic() + max(FLUSH_INTERVAL, cost / FLUSH_BUDGET)
 
     def finish(self) -> None:
+        """The final part; stopping the sampler first takes one last sample, so the time since the
+        previous one (a starved sampler's may be long) is not lost."""
         if self.finished or os.getpid() != self.pid:
             return
         self.finished = True
+        sampler = self.session.sampler
+        if sampler is not None and sampler.running:
+            sampler.stop()
         self.flush(final=True)
 
 

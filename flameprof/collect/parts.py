@@ -84,6 +84,10 @@ class PartWriter:
                 self._store_done.append((0, 0))
             tick_done, row_done = self._store_done[i]
             times, per_tick, threads, stacks, walls, cpus = raw
+            if len(times) < tick_done or len(threads) < row_done:  # the store was reset: all its rows are new
+                tick_done, row_done = 0, 0
+            if sum(per_tick[tick_done:]) != len(threads) - row_done or len(threads) != len(cpus):
+                continue  # not the rows this writer expects (the store was reset): skip them, never guess
             t0 = store.t0
             for tick in range(tick_done, len(times)):
                 time_us.extend([round((times[tick] - t0) * 1e6)] * per_tick[tick])
