@@ -55,4 +55,9 @@ def _under_phase(profile: Profile):
     from .phases import Classifier, profile_rules
 
     classifier = Classifier(profile_rules(profile))
-    return lambda stack: phase_frames(classifier.classify(stack)) + stack
+
+    def under_phase(stack: list[Frame]) -> list[Frame]:  # process/thread roots stay above the phase
+        roots = next((i for i, f in enumerate(stack) if f.kind not in _ROOT_KINDS), len(stack))
+        return stack[:roots] + phase_frames(classifier.classify(stack)) + stack[roots:]
+
+    return under_phase
