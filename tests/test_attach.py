@@ -340,6 +340,24 @@ def test_a_process_with_its_own_mount_namespace(tmp_path, private_tmp):
         target.wait()
 
 
+def test_an_agent_that_cannot_load_is_reported_and_py_spy_used(tmp_path):
+    # The process has a module called flameprof that is not flameprof: the bootstrap's import fails.
+    code = ("import sys, types\nsys.modules['flameprof'] = types.ModuleType('flameprof')\n"
+            "def spin_here():\n    while True:\n        sum(range(10000))\nspin_here()\n")
+    target = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        proc = run_flameprof("attach", str(target.pid), "--duration", "1", "-q", "-o", str(tmp_path / "out"))
+        assert proc.returncode == 0, proc.stderr
+        assert "the agent failed to load in the process: ModuleNotFoundError" in proc.stderr
+        assert "using py-spy instead" in proc.stderr
+        assert "spin_here" in functions(storage.load(tmp_path / "out" / "profile.flameprof"))
+        assert target.poll() is None
+    finally:
+        target.kill()
+        assert target.communicate()[1] == ""  # the failed bootstrap wrote nothing on the target's stderr
+
+
 def test_no_such_process(tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()

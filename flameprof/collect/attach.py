@@ -103,12 +103,14 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
     flameprof is imported from ``package_dir`` without touching the target's ``sys.path``, unless
     the target already imported flameprof (then its copy and its running Profilers are shared).
     """
+    init = ascii(os.path.join(package_dir, "__init__.py"))
+    error_file = ascii(os.path.join(channel, BOOTSTRAP_ERROR) + "-")
     body = (
-        "import sys\n"
+        "import os, sys\n"
         "try:\n"
         "    if 'flameprof' not in sys.modules:\n"
         "        import importlib.util\n"
-        f"        spec = importlib.util.spec_from_file_location('flameprof', {ascii(os.path.join(package_dir, '__init__.py'))},"
+        f"        spec = importlib.util.spec_from_file_location('flameprof', {init},"
         f" submodule_search_locations=[{ascii(package_dir)}])\n"
         "        module = importlib.util.module_from_spec(spec)\n"
         "        sys.modules['flameprof'] = module\n"
@@ -116,7 +118,7 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
         "    from flameprof.collect.attach_agent import serve\n"
         "except BaseException as exc:\n"
         "    try:\n"
-        f"        with open({ascii(os.path.join(channel, BOOTSTRAP_ERROR))} + '-%d' % __import__('os').getpid(), 'w') as fh:\n"
+        f"        with open({error_file} + str(os.getpid()), 'w') as fh:\n"
         "            fh.write(f'{type(exc).__name__}: {exc}'[:300])\n"
         "    except BaseException:\n"
         "        pass\n"
@@ -379,12 +381,15 @@ def _start(channel: Channel, injected: list[TargetProcess], config: dict) -> lis
     remotes: list[_Remote] = []
     deadline = time.monotonic() + CONNECT_TIMEOUT
     while not any(r.main for r in remotes):
-        remote = _accept(channel, by_pid, main.pid, config, deadline - time.monotonic())
-        if remote is None:
+        remote = _accept(channel, by_pid, main.pid, config, min(0.2, max(0.0, deadline - time.monotonic())))
+        if remote is not None:
+            remotes.append(remote)
+            continue
+        failed = channel.read_private(f"{BOOTSTRAP_ERROR}-{main.pid}", 1) or not alive(main.pid)
+        if failed or time.monotonic() >= deadline:  # the bootstrap's error or the exit need no more wait
             for other in remotes:
                 other.conn.close()  # their agents stop at the end of file
             raise _not_started(channel, main, f"for {CONNECT_TIMEOUT:.0f} s")
-        remotes.append(remote)
     remotes.sort(key=lambda r: not r.main)
     event = remotes[0].events.next(START_TIMEOUT) or {}
     if event.get("event") == "error":

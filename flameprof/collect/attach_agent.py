@@ -19,7 +19,6 @@ import atexit
 import json
 import os
 import socket
-import sys
 import threading
 
 SOCKET_NAME = "control.sock"
@@ -95,11 +94,14 @@ class _Agent:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
             return
         atexit.register(self.finish, "exit")
-        self.send(event="started", pid=os.getpid(), python=sys.version.split()[0])
+        self.send(event="started")
         self.sock.settimeout(FLUSH_INTERVAL)
         try:
             while self.read_line() is None:  # until "stop", or end of file when the CLI is gone
-                self.flush()
+                try:
+                    self.flush()
+                except Exception:  # e.g. a full disk: the next flush may succeed, the final one reports
+                    pass
         finally:
             self.finish("stop")
             atexit.unregister(self.finish)
@@ -148,7 +150,8 @@ class _Agent:
                 self.flush(final=True)
                 self.send(event="saved", reason=reason)
             except Exception as exc:
-                self.send(event="error", message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
+                self.send(event="error",
+                          message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
             self.writer = None
             with SESSION.lock:
                 if SESSION.users == 0:  # nobody else profiles: drop the samples (a long attach holds many MB)
