@@ -188,3 +188,32 @@ def test_import_of_a_real_python312_perf_recording():
     assert ("arena_map_get", "", "native") in names
     collapsed = collapse_perf([data])
     assert sum(collapsed.values()) == 8 * 2004008
+
+
+FAKE_ADDR2LINE = """#!/bin/sh
+# arguments: -a PC -e MODULE -i -f -s -C
+case "$2" in
+  11d4) printf '0x00000000000011d4\\ninner\\nprog.c:2 (discriminator 3)\\nmiddle\\nprog.c:3\\nouter\\nprog.c:4\\n' ;;
+  0x1010) printf '0x0000000000001010\\nhelper\\nlib.c:9\\nfoo\\nlib.c:12\\n' ;;
+  *) printf '0x%016x\\n??\\n??:0\\n' 0 ;;
+esac
+"""
+FAKE_NM = "#!/bin/sh\nprintf '0000000000000800 T bar\\n0000000000001000 T foo\\n'\n"
+INLINE_TEXT = ("prog 1 1.0: 1 cpu-clock: \n\t11d4 outer+0x44 (/x/prog)\n\tbeef foo+0x10 (/x/lib.so)\n"
+               "\t5 main+0x5 (/x/prog)\n\tffff schedule+0x1 ([kernel.kallsyms])\n\n")
+
+
+@pytest.mark.parametrize("context, expected", [
+    (False, "prog;schedule;main;foo;helper;outer;middle;inner 1"),
+    (True, "prog;schedule;main;foo:lib.c:12;helper:lib.c:9;outer:prog.c:4;middle:prog.c:3;inner:prog.c:2 1"),
+])
+def test_inline_uses_addr2line_then_nm(tmp_path, monkeypatch, context, expected):
+    # addr2line's chain is reversed (outermost first), discriminators dropped; an unknown address
+    # is found with nm from symbol+offset (0x1000 + 0x10); addr2line's ?? keeps the line as is
+    # (main); kernel frames are never looked up.
+    for name, script in (("addr2line", FAKE_ADDR2LINE), ("nm", FAKE_NM)):
+        path = tmp_path / name
+        path.write_text(script)
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert collapse(INLINE_TEXT, inline=True, context=context) == [expected]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, NamedT
 from ..errors import FlameprofError
 from ..records import Frame, ProcessInfo, ProfileBuilder
 from .folded_import import note_skipped
+from .perf_inline import Inliner
 
 if TYPE_CHECKING:
     from ..model import Profile
@@ -52,6 +53,8 @@ class CollapseOptions:
     jit: bool = False           # "_[j]" on frames from /tmp/perf-PID.map
     addrs: bool = False         # "[module <addr>]" for unknown symbols
     event_filter: bytes = b""   # keep this event only; default: the first event seen
+    inline: bool = False        # un-inline with addr2line
+    context: bool = False       # with inline: ":file:line" after each function
 
 
 # One parsed frame line: its frames as (func, module, raw symbol), in the order of an inline chain.
@@ -98,6 +101,7 @@ class PerfScriptParser:
         self._line_cache: tuple[dict, dict] = ({}, {})   # per java flag: line -> piece or a marker
         self._rest_cache: tuple[dict, dict] = ({}, {})   # per java flag: lines below the leaf -> _Rest
         self._symbol_cache: tuple[dict, dict] = ({}, {})  # per java flag: (symbol, module) -> piece
+        self._inliner = Inliner(options.context) if options.inline else None
         # state of the line-by-line machine (only used inside a slow block)
         self._pname: bytes | None = None
         self._period = 1
@@ -183,7 +187,7 @@ class PerfScriptParser:
         elif not line or line[0] not in _NOT_HEADER_START:
             piece = _IMPURE      # blank or possibly a header: needs the state machine
         else:
-            m = _USUAL_FRAME.fullmatch(line)
+            m = None if self._inliner else _USUAL_FRAME.fullmatch(line)
             if m is None:
                 parsed = self._frame_line(line, java)
                 piece = _BAD if parsed == () else None if parsed is None else self.part(parsed)
@@ -293,6 +297,10 @@ class PerfScriptParser:
         if m is None:
             return ()
         pc, rawfunc, mod = m.groups()
+        if self._inliner:
+            chain = self._inliner.chain(pc, rawfunc, mod)
+            if chain is not None:
+                return ((chain, mod, rawfunc),)
         if b"+0x" in rawfunc:
             rawfunc = _OFFSET.sub(b"", rawfunc, count=1)
         if rawfunc[:1] == b"(":

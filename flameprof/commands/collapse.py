@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     perf.add_argument("--jit", action="store_true", help="mark JIT frames (/tmp/perf-PID.map) with _[j]")
     perf.add_argument("--all", action="store_true", help="all annotations (--kernel --jit)")
     perf.add_argument("--addrs", action="store_true", help="show raw addresses where a symbol is unknown")
+    perf.add_argument("--inline", action="store_true", help="un-inline with addr2line (slow: one call per address)")
+    perf.add_argument("--context", action="store_true", help="with --inline: add file:line to each function")
     perf.add_argument("--event-filter", default="", metavar="EVENT",
                       help="keep only this event, as perf prints it (e.g. cpu-clock:ppp); default: the first seen")
     perf.add_argument("--strict", action="store_true", help="stop at the first unrecognized line")
@@ -36,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = CollapseOptions(pid=args.pid, tid=args.tid, kernel=args.kernel or args.all, jit=args.jit or args.all,
-                              addrs=args.addrs, event_filter=args.event_filter.encode())
+                              addrs=args.addrs, event_filter=args.event_filter.encode(), inline=args.inline,
+                              context=args.context)
     source = "<stdin>" if args.input == "-" else args.input
     try:
         stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
