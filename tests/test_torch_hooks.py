@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 import flameprof
-from conftest import REPO
-from flameprof import Profiler
+from conftest import REPO, run_flameprof
+from flameprof import Profiler, storage
 from sampled import wait_for_samples
 
 
@@ -148,31 +148,50 @@ def run_python(code):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_torch_imported_after_profiling_started_is_instrumented():
-    result = run_python("""
-        import json, sys, time, flameprof
-        with flameprof.Profiler(rate=1000) as p:
-            import torch
-            from torch import nn
+def test_flameprof_run_instruments_torch_imported_by_the_target_and_wires_backward_layers(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import torch
+        from torch import nn
+        import flameprof
 
-            class Sleepy(nn.Module):
-                def forward(self, x):
-                    sampler = flameprof.profiler.SESSION.sampler
-                    ticks = sampler.ticks
-                    while sampler.ticks < ticks + 2:
-                        time.sleep(0.001)
-                    return x * 2
+        def wait_for_samples():
+            sampler = flameprof.profiler.SESSION.sampler
+            ticks = sampler.ticks
+            while sampler.ticks < ticks + 2:
+                time.sleep(0.001)
 
-            model = nn.Sequential(nn.Linear(3, 3), Sleepy())
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            for _ in range(6):
-                model(torch.randn(2, 3)).sum().backward()
-                opt.step()
-        layers = sorted({f.name for f in p.profile.frames if f.kind == "layer"})
-        print(json.dumps({"layers": layers, "steps": sum(m.name == "step" for m in p.profile.marks)}))
-    """)
-    assert "Sequential.1 (Sleepy)" in result["layers"]
-    assert result["steps"] == 6
+        class SlowGrad(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                wait_for_samples()
+                return grad * 2
+
+        class Sleepy(nn.Module):
+            def forward(self, x):
+                wait_for_samples()
+                return SlowGrad.apply(x)
+
+        model = nn.Sequential(nn.Linear(3, 3), Sleepy())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            model(torch.randn(2, 3)).sum().backward()
+            opt.step()
+    """))
+    out = tmp_path / "out"
+    proc = run_flameprof("run", "-q", "--no-subprocesses", "--backward-layers", "--rate", "1000", "-o", str(out),
+                         str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = storage.load(str(out / "profile.flameprof"))
+    layers = {f.name for f in profile.frames if f.kind == "layer"}
+    assert "Sequential.1 (Sleepy)" in layers
+    assert "Sequential.1 (backward)" in layers
+    assert sum(m.name == "step" for m in profile.marks) == 6
 
 
 def test_program_without_torch_profiles_and_flameprof_does_not_import_torch():

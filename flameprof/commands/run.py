@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
                    help="profile only the first Python process, not the ones it starts "
                         "(DataLoader workers, multiprocessing, subprocesses, ranks)")
+    p.add_argument("--backward-layers", action="store_true",
+                   help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
+                        "slows the model's forward and backward, see README)")
     add_render_options(p)
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py | module", help="what to run, then its arguments")
     p.set_defaults(func=run)
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..profiler import SESSION, Profiler
 
-    profiler = Profiler(outdir, rate=args.rate, mode=args.mode)
+    profiler = Profiler(outdir, rate=args.rate, mode=args.mode, backward_layers=args.backward_layers)
     state = {"signal": None, "saved": False}
     main_pid = os.getpid()
     tree = None
