@@ -30,6 +30,10 @@ def crash_work():
     spin(0.3)
     raise RuntimeError("child fails on purpose")
 
+def linger_work():
+    spin(1.3)
+    time.sleep(25)  # still running when the profiled program ends
+
 def doomed_work():
     spin(1.8)  # more than one flush interval: the part on disk has most of these samples
     print("ready", flush=True)
@@ -38,7 +42,7 @@ def doomed_work():
 if __name__ == "__main__":
     import sitecustomize
     print("user sitecustomize:", getattr(sitecustomize, "MARK", None), flush=True)
-    {"ok": child_work, "crash": crash_work, "doomed": doomed_work}[sys.argv[1]]()
+    {"ok": child_work, "crash": crash_work, "doomed": doomed_work, "linger": linger_work}[sys.argv[1]]()
     print("numpy in child:", "numpy" in sys.modules)  # profiling (and its flushes) must not import it
 """
 
@@ -60,6 +64,7 @@ def forked_work():
 
 def main():
     spin(0.2)
+    subprocess.Popen([sys.executable, CHILD, "linger"], stdout=subprocess.DEVNULL)  # never waited for
     subprocess.run([sys.executable, CHILD, "ok"], check=True)
     crashed = subprocess.run([sys.executable, CHILD, "crash"], capture_output=True, text=True)
     print("crash exit", crashed.returncode, "RuntimeError" in crashed.stderr, "still here" in crashed.stdout)
@@ -140,16 +145,20 @@ def test_every_python_child_is_profiled_under_its_process_frame(job):
     # the resource tracker multiprocessing starts is an idle helper: not profiled
     assert not any("resource_tracker" in label for label in labels)
     pids = {p.pid for p in profile.processes}
-    assert len(pids) == len(profile.processes) >= 6
+    assert len(pids) == len(profile.processes) >= 7
     assert {t.pid for t in profile.threads} <= pids
 
 
-def test_a_killed_child_keeps_the_samples_it_had_flushed(job):
+def test_a_killed_or_hanging_child_keeps_the_samples_it_had_flushed(job):
     proc, profile, out = job
-    doomed = next(label for label in seconds_by_process(profile) if label.endswith("child.py doomed"))
-    assert seconds_by_process(profile)[doomed]["doomed_work"] > 0.3
-    warnings = [line for line in proc.stderr.splitlines() if "did not end cleanly" in line]
-    assert len(warnings) == 1 and "child.py doomed" in warnings[0], proc.stderr
+    by_process = seconds_by_process(profile)
+    doomed = next(label for label in by_process if label.endswith("child.py doomed"))
+    assert by_process[doomed]["doomed_work"] > 0.3
+    linger = next(label for label in by_process if label.endswith("child.py linger"))
+    assert by_process[linger]["linger_work"] > 0.3
+    warnings = sorted(line for line in proc.stderr.splitlines() if "did not end cleanly" in line)
+    assert len(warnings) == 2, proc.stderr
+    assert any("child.py doomed" in w for w in warnings) and any("child.py linger" in w for w in warnings)
     assert "Traceback" not in proc.stderr.replace("Traceback (most recent call last):\n  File", "")
 
 
