@@ -46,10 +46,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FlameprofError(f"cannot read {args.input}: {exc.strerror or exc}") from None
     with stream:
-        try:
-            collapsed = collapse_perf(read_chunks(stream), options, args.strict, source)
-        except IsADirectoryError:
-            raise FlameprofError(f"{args.input} is a directory") from None
+        collapsed = collapse_perf(read_chunks(stream), options, args.strict, source)
     out = sys.stdout.buffer
     out.writelines(format_collapsed(collapsed))
     out.flush()
