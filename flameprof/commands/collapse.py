@@ -6,6 +6,7 @@ Output is byte-for-byte what FlameGraph's ``stackcollapse-perf.pl`` prints for t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..collect.perf_import import CollapseOptions, collapse_perf, format_collapsed, read_chunks
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = CollapseOptions(pid=args.pid, tid=args.tid, kernel=args.kernel or args.all, jit=args.jit or args.all,
-                              addrs=args.addrs, event_filter=args.event_filter.encode(), inline=args.inline,
+                              addrs=args.addrs, event_filter=os.fsencode(args.event_filter), inline=args.inline,
                               context=args.context)
     source = "<stdin>" if args.input == "-" else args.input
     try:
