@@ -131,10 +131,10 @@ def step_costs(repeats: int, steps: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
 
-    scopes = scope_costs(args.repeats, 100_000)
+    scopes = scope_costs(args.repeats, 30_000)
     floor = scopes["empty with"]
     print("user scopes, ns per `with` block (median of %d):" % args.repeats)
     for name, ns in scopes.items():
