@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from flameprof.collect.folded_import import counts_to_seconds
 from flameprof.collect.pyspy_import import read_pyspy_raw, read_speedscope
 from flameprof.errors import FlameprofError
 
@@ -97,8 +98,11 @@ def test_speedscope_bad_samples_are_skipped_or_strict(capsys):
     data = speedscope([{"type": "sampled", "name": "t", "unit": "none", "samples": [[0, 1], [0, 9], [0]],
                         "weights": [2, 1, 3]}])
     profile = read_speedscope(data, "s.json", strict=False)
-    assert profile.meta["skipped_lines"] == 1 and profile.meta["weight_unit"] == "none"
-    assert profile.sample_wall.tolist() == [2.0, 3.0]
+    assert profile.meta["skipped_lines"] == 1 and profile.meta["weight_unit"] == "count"
+    assert profile.sample_wall.tolist() == [2.0, 3.0] and profile.sample_time.tolist() == [0.0, 3.0]
+    seconds = counts_to_seconds(profile, 10.0)
+    assert seconds.meta["weight_unit"] == "seconds"
+    assert seconds.sample_wall.tolist() == [0.2, 0.3] and seconds.sample_time.tolist() == [0.0, 0.3]
     assert "skipped 1 malformed speedscope sample(s), first at profile 0 sample 1" in capsys.readouterr().err
     with pytest.raises(FlameprofError, match="profile 0 sample 1: frame index 9 out of range"):
         read_speedscope(data, "s.json", strict=True)

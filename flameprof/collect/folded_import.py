@@ -76,9 +76,11 @@ def note_skipped(meta: dict | None, source: str, skipped: int, first: str, what:
 
 
 def counts_to_seconds(profile: Profile, rate: float) -> Profile:
-    """Turn sample counts into seconds for a known sampling rate (Hz); other units are left alone."""
+    """Turn sample counts (and times counted in samples) into seconds for a known sampling rate (Hz);
+    other units are left alone."""
     if rate <= 0 or profile.meta.get("weight_unit") != "count":
         return profile
+    profile.sample_time = profile.sample_time / rate
     profile.sample_wall = profile.sample_wall / rate
     profile.sample_cpu = profile.sample_cpu / rate
     profile.meta.update(weight_unit="seconds", rate=rate)

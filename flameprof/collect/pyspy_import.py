@@ -180,7 +180,7 @@ class _SpeedscopeReader:
         unit = prof.get("unit", "none")
         unit = unit if isinstance(unit, str) else "none"
         scale = _UNITS.get(unit, 1.0)
-        unit = "seconds" if unit in _UNITS else unit
+        unit = "seconds" if unit in _UNITS else "count" if unit == "none" else unit
         if self.unit is None:
             self.unit = unit
         elif unit != self.unit:
@@ -226,11 +226,10 @@ class _SpeedscopeReader:
                 continue
             try:
                 thread, sid = self.stack(indices, default)
+                self.builder.add_sample(time * scale, thread, sid, weight * scale, weight * scale)
             except ValueError as exc:
                 self.bad(f"{where} sample {k}", str(exc))
-                continue
-            self.builder.add_sample(time * scale, thread, sid, weight * scale, weight * scale)
-            time += weight
+            time += weight     # a skipped sample still took its time
 
     def evented(self, where: str, events: object, start: float, scale: float, default: tuple) -> None:
         if not isinstance(events, list):
