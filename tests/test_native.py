@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from conftest import REPO
+from flameprof import _native
 from flameprof.collect import backend
 from flameprof.collect.backend import make_sampler
 from flameprof.collect.native_sampler import NativeSampler
@@ -55,6 +56,13 @@ class Parked:
     def __exit__(self, *exc: object) -> None:
         self.release.set()
         self.thread.join()
+
+
+@pytest.fixture(autouse=True)
+def no_clock_left_running():
+    """A failed test must not leave the process's one native clock running for the next ones."""
+    yield
+    _native.stop_clock()
 
 
 def frame_name(function) -> str:
@@ -148,18 +156,21 @@ def test_hot_stacks_agree_between_samplers_running_together():
         while not stop.is_set():
             time.sleep(0.001)
 
-    threads = [threading.Thread(target=spin_a, name="spinner"), threading.Thread(target=spin_b, name="sleeper")]
+    threads = [threading.Thread(target=spin_a, name="spinner", daemon=True),
+               threading.Thread(target=spin_b, name="sleeper", daemon=True)]
     samplers = [PythonSampler(ProfileBuilder(), rate=200), NativeSampler(ProfileBuilder(), rate=200)]
-    for t in threads:
-        t.start()
-    for s in samplers:
-        s.start()
-    time.sleep(0.6)
-    for s in samplers:
-        s.stop()
-    stop.set()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.start()
+        for s in samplers:
+            s.start()
+        time.sleep(0.6)
+    finally:
+        for s in samplers:
+            s.stop()
+        stop.set()
+        for t in threads:
+            t.join()
     python, native = (stacks_by_thread(s.builder) for s in samplers)
     assert {"spinner", "sleeper"} <= set(python) & set(native)
     for name in ("spinner", "sleeper"):
