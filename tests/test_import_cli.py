@@ -12,7 +12,7 @@ from flameprof import cli, storage
 from flameprof.collect.detect import detect_format
 from flameprof.collect.load import load_input
 
-from conftest import assert_one_error_line, run_flameprof
+from conftest import run_flameprof
 from test_import_perf import PERF_TEXT
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "import")
@@ -64,9 +64,16 @@ def test_import_from_stdin_with_explicit_format_and_rate(tmp_path):
     assert sorted(profile.sample_wall.tolist()) == pytest.approx([0.01, 0.025])
 
 
-def test_forced_format_mismatch_is_one_error(tmp_path):
-    proc = run_flameprof("import", "-", "--from", "speedscope", "-o", str(tmp_path / "x.flameprof"), input=FOLDED)
-    assert_one_error_line(proc, "not valid speedscope JSON")
+def assert_error(code: int, err: str, needle: str) -> None:
+    """One error line, non-zero exit (the in-process twin of conftest's assert_one_error_line)."""
+    assert code != 0 and err.count("\n") == 1 and err.startswith("flameprof: error:") and needle in err, err
+
+
+def test_forced_format_mismatch_is_one_error(tmp_path, capsys):
+    path = tmp_path / "stacks.folded"
+    path.write_text(FOLDED)
+    assert_error(*flameprof(capsys, "import", str(path), "--from", "speedscope", "-o", str(tmp_path / "x.flameprof")),
+                 "not valid speedscope JSON")
 
 
 def test_malformed_lines_warn_once_or_stop_strict(tmp_path, capsys):
@@ -78,18 +85,18 @@ def test_malformed_lines_warn_once_or_stop_strict(tmp_path, capsys):
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert warnings == [f"flameprof: warning: {path}: skipped 2 malformed line(s), first at line 3"]
     assert storage.load(out).meta["skipped_lines"] == 2
-    proc = run_flameprof("import", str(path), "--strict", "-o", str(tmp_path / "strict.flameprof"))
-    assert_one_error_line(proc, f"{path}:3: malformed folded line")
+    assert_error(*flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "strict.flameprof")),
+                 f"{path}:3: malformed folded line")
     assert not (tmp_path / "strict.flameprof").exists()
 
 
-def test_perf_strict_names_the_line(tmp_path):
+def test_perf_strict_names_the_line(tmp_path, capsys):
     path = tmp_path / "perf.txt"
     lines = PERF_TEXT.splitlines(keepends=True)
     lines[6] = "?? not a stack line\n"
     path.write_text("".join(lines))
-    proc = run_flameprof("import", str(path), "--strict", "-o", str(tmp_path / "x.flameprof"))
-    assert_one_error_line(proc, f"{path}:7: unrecognized perf script line")
+    assert_error(*flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "x.flameprof")),
+                 f"{path}:7: unrecognized perf script line")
 
 
 def test_load_input_reads_every_importable_format(tmp_path):

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from flameprof.collect.perf_import import (CollapseOptions, collapse_perf, format_collapsed, read_perf_script)
+from flameprof import cli
 from flameprof.errors import FlameprofError
 
 from conftest import run_flameprof
@@ -107,13 +108,13 @@ def test_collapse_options(options, expected):
     assert collapse(PERF_TEXT, **options) == expected
 
 
-def test_all_is_kernel_and_jit_on_the_command_line(tmp_path):
+def test_all_is_kernel_and_jit_on_the_command_line(tmp_path, capsysbinary):
     path = tmp_path / "perf.txt"
     path.write_text(PERF_TEXT)
-    both = run_flameprof("collapse", "perf", "--all", str(path))
-    assert both.returncode == 0, both.stderr
-    assert both.stdout.splitlines() == collapse(PERF_TEXT, kernel=True, jit=True)
-    assert "schedule_[k]" in both.stdout and "bar_[j]" in both.stdout
+    assert cli.main(["collapse", "perf", "--all", str(path)]) == 0
+    out = capsysbinary.readouterr().out.decode()
+    assert out.splitlines() == collapse(PERF_TEXT, kernel=True, jit=True)
+    assert "schedule_[k]" in out and "bar_[j]" in out
 
 
 def test_a_final_blank_line_completes_the_last_sample():
