@@ -177,6 +177,8 @@ def test_flameprof_run_instruments_torch_imported_by_the_target_and_wires_backwa
                 wait_for_samples()
                 return SlowGrad.apply(x)
 
+        # flameprof watched this import: torch still sees its own loader
+        assert type(torch.__loader__).__name__ == "SourceFileLoader" and torch.__spec__.loader is torch.__loader__
         model = nn.Sequential(nn.Linear(3, 3), Sleepy())
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(6):
@@ -202,6 +204,8 @@ def test_program_without_torch_profiles_and_flameprof_does_not_import_torch():
                 time.sleep(0.02)
             flameprof.step()
         kinds = sorted({f.kind for f in p.profile.frames})
-        print(json.dumps({"torch": "torch" in sys.modules, "kinds": kinds, "marks": len(p.profile.marks)}))
+        watchers = [type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith("flameprof")]
+        print(json.dumps({"torch": "torch" in sys.modules, "kinds": kinds, "marks": len(p.profile.marks),
+                          "watchers": watchers}))
     """)
-    assert result == {"torch": False, "kinds": ["python", "scope"], "marks": 1}
+    assert result == {"torch": False, "kinds": ["python", "scope"], "marks": 1, "watchers": []}

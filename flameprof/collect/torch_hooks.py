@@ -1,8 +1,10 @@
 """PyTorch awareness while profiling: layer frames, step and batch marks, optional backward layers.
 
-Nothing here imports torch. ``install`` runs when a session starts and then, from the sampler's
-tick, checks ``sys.modules`` until the program has imported the torch modules it needs; each part
-is installed once its module has finished importing and removed again by ``uninstall``:
+Nothing here imports torch. ``install`` runs when a session starts: if the program has imported
+torch the parts are installed at once, else right after the program's ``import torch`` finishes,
+in the importing thread (import_watch.py); ``uninstall`` removes them when the session ends.
+Installing from the program's own thread, never from the sampler's, means torch's hook tables are
+not changed while the program iterates them. The parts:
 
 * layer frames: ``Module._call_impl``'s code is registered as a sampler frame hook
   (see layers.py); no module hook is installed, so the forward path is untouched;
@@ -27,6 +29,7 @@ import weakref
 from typing import Any, Callable
 
 from .. import scopes
+from .import_watch import ImportWatch
 from .layers import NAMER
 
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
@@ -53,10 +56,8 @@ class TorchHooks:
         self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
         self._backward = threading.local()
 
-    def tick(self) -> None:
-        """Install whatever part's torch module has become available (cheap once all are in)."""
-        if not self._pending or "torch" not in sys.modules:
-            return
+    def install_available(self) -> None:
+        """Install each part whose torch module has finished importing."""
         for part, module_name in (("layers", "torch.nn.modules.module"), ("optimizer", "torch.optim.optimizer"),
                                   ("dataloader", "torch.utils.data.dataloader"),
                                   ("backward", "torch.nn.modules.module")):
@@ -213,21 +214,28 @@ def _at_backward_end(stack: list) -> None:
 _ACTIVE: TorchHooks | None = None
 
 
+_WATCH: ImportWatch | None = None
+
+
 def install(sampler: Any, backward_layers: bool = False) -> TorchHooks:
-    """Instrument torch for a session: now for what is imported, later (sampler tick) for the rest."""
-    global _ACTIVE
+    """Instrument torch for a session (call from the program's thread): now if torch is imported,
+    else when the program imports it."""
+    global _ACTIVE, _WATCH
     uninstall()
     hooks = _ACTIVE = TorchHooks(sampler, backward_layers)
-    hooks.tick()
-    sampler.tick_hooks.append(hooks.tick)
+    if "torch" in sys.modules:
+        hooks.install_available()
+    else:
+        _WATCH = ImportWatch("torch", hooks.install_available)
     return hooks
 
 
 def uninstall() -> None:
     """Remove every torch hook and patch of the current session."""
-    global _ACTIVE
+    global _ACTIVE, _WATCH
     hooks, _ACTIVE = _ACTIVE, None
+    watch, _WATCH = _WATCH, None
+    if watch is not None:
+        watch.remove()
     if hooks is not None:
-        if hooks.tick in hooks.sampler.tick_hooks:
-            hooks.sampler.tick_hooks.remove(hooks.tick)
         hooks.uninstall()
