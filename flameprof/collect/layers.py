@@ -23,6 +23,7 @@ C sampler additionally caches the hook's result per ``self``, which these rules 
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any, Callable
 
@@ -31,6 +32,7 @@ from ..records import Frame
 # Wrapper class name -> the attribute holding the wrapped model.
 WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "OptimizedModule": "_orig_mod"}
 _PURGE_AT = 4096  # purge dead entries from a cache when it grows past this
+_REINDEX_INTERVAL = 1.0  # seconds: a root's tree is re-read at most this often (modules made per call)
 
 
 def _dead() -> None:
@@ -82,7 +84,7 @@ class LayerNamer:
 
     def __init__(self) -> None:
         self._frames: dict[int, tuple[Callable[[], Any], Frame, str]] = {}  # id -> (ref, frame, path)
-        self._roots: dict[int, tuple[Callable[[], Any], str, dict]] = {}  # id -> (ref, name, tree index)
+        self._roots: dict[int, tuple] = {}  # id -> (ref, name, tree index, monotonic time indexed)
         self._root_names: dict[str, Callable[[], Any]] = {}
         self.call_code: Any = None  # Module._call_impl.__code__, set by torch_hooks
 
@@ -133,7 +135,7 @@ class LayerNamer:
         return frame
 
     def _lookup(self, root: Any, module: Any) -> str | None:
-        """``module``'s name in ``root``'s tree, re-indexing once if the tree grew since."""
+        """``module``'s name in ``root``'s tree, re-indexing if the tree may have grown since."""
         _, _, index = self._root(root)
         entry = index.get(id(module))
         if entry is None or entry[0]() is not module:
@@ -143,8 +145,9 @@ class LayerNamer:
 
     def _root(self, root: Any, reindex: bool = False) -> tuple[str, Callable[[], Any], dict]:
         entry = self._roots.get(id(root))
+        now = time.monotonic()
         if entry is not None and entry[0]() is root:
-            if not reindex:
+            if not reindex or now - entry[3] < _REINDEX_INTERVAL:
                 return entry[1], entry[0], entry[2]
             name = entry[1]
         else:
@@ -153,7 +156,7 @@ class LayerNamer:
         index = index_tree(root, name)
         if len(self._roots) > _PURGE_AT:
             self._roots = {k: v for k, v in self._roots.items() if v[0]() is not None}
-        self._roots[id(root)] = (ref, name, index)
+        self._roots[id(root)] = (ref, name, index, now)
         return name, ref, index
 
     def _new_root_name(self, root: Any) -> str:
@@ -183,7 +186,7 @@ class LayerNamer:
         entry = self._frames.get(id(module))
         if entry is not None and entry[0]() is module:
             return entry[2]
-        for rid, (ref, _, index) in list(self._roots.items()):
+        for rid, (ref, _, index, _) in list(self._roots.items()):
             hit = index.get(id(module))
             if hit is not None and hit[0]() is module and ref() is not None:
                 return self._remember(module, hit[1], root=rid == id(module))[1]
