@@ -148,7 +148,11 @@ def _merged_meta(profiles: list[Profile], infos: list[list[ProcessInfo]], epoch:
                  hosts: list[str]) -> dict:
     main = next((p for p, group in zip(profiles, infos) if any(i.role == "main" for i in group)), profiles[0])
     meta = dict(main.meta, start_time=epoch, duration=end, hosts=hosts,
-                process_count=sum(len(group) for group in infos))
+                process_count=sum(len(group) for group in infos),
+                # seconds flameprof itself spent (sampling, writing parts) and seconds profiled, over all processes
+                profiler_seconds=sum(float(p.meta.get("profiler_seconds", p.meta.get("sampler_busy", 0.0)))
+                                     for p in profiles),
+                profiled_seconds=sum(float(p.meta.get("profiled_seconds", p.duration)) for p in profiles))
     for key in ("final", "outlives_parent"):
         meta.pop(key, None)
     return meta

@@ -171,6 +171,9 @@ class _Recorder:
         self.host = socket.gethostname()
         self.writer = PartWriter(directory, SESSION.builder, self.host, self.pid)
         self.forked_from = forked_from
+        self.created = time.time()
+        self.busy_before = getattr(SESSION.sampler, "busy", 0.0)  # a forked child's sampler counts its parent's
+        self.flush_seconds = 0.0
         self.due = 0.0  # the first tick writes a part at once: it tells the parent this process exists
         self.finished = False
 
@@ -179,9 +182,12 @@ class _Recorder:
 
         session = self.session
         sampler = session.sampler
-        meta = dict(run_metadata(), start_time=session.start_time, duration=time.time() - session.start_time,
+        now = time.time()
+        meta = dict(run_metadata(), start_time=session.start_time, duration=now - session.start_time,
                     rate=_TREE.rate, sampler=getattr(sampler, "kind", ""),
-                    outlives_parent=multiprocessing_helper() is not None)
+                    outlives_parent=multiprocessing_helper() is not None,
+                    profiled_seconds=now - self.created,  # flameprof's own cost in this process:
+                    profiler_seconds=getattr(sampler, "busy", 0.0) - self.busy_before + self.flush_seconds)
         counters = session.counters
         series = {} if counters is None else {CPU_PERCENT: (counters.times, counters.cpu),
                                               RSS_BYTES: (counters.times, counters.rss)}
@@ -196,6 +202,7 @@ class _Recorder:
             cost = self.flush()
         except Exception:  # a full disk must not reach the program; the next flush may succeed
             cost = 0.0
+        self.flush_seconds += cost
         self.due = time.monotonic() + max(FLUSH_INTERVAL, cost / FLUSH_BUDGET)
 
     def finish(self) -> None:
