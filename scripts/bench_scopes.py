@@ -3,8 +3,9 @@
 1. ``with flameprof.scope("x"):`` while no profiler runs, while one runs, and an empty ``with``
    of a trivial context manager (the floor), in ns per block;
 2. the layer hook (what the sampler pays per nn.Module frame in a sample, name cached), in ns;
-3. a training step of the CNN example without a profiler, profiled, and profiled with
-   ``backward_layers=True`` (global backward hooks), in ms per step.
+3. a training step of the CNN example without a profiler, with torch's global backward hooks doing
+   nothing (torch's share of ``--backward-layers``), profiled, and profiled with
+   ``backward_layers=True``, in ms per step.
 
 Each figure is the median of interleaved repeats. Usage: python scripts/bench_scopes.py [--repeats N]
 """
@@ -16,6 +17,7 @@ import statistics
 import sys
 import threading
 import time
+import warnings
 
 import flameprof
 from flameprof import Profiler
@@ -100,6 +102,7 @@ def hook_cost(n: int) -> float:
 def step_costs(repeats: int, steps: int) -> dict[str, float]:
     import torch
     from torch import nn
+    from torch.nn.modules import module as module_hooks
 
     from flameprof.examples.cnn_train import SmallCNN
 
@@ -118,10 +121,24 @@ def step_costs(repeats: int, steps: int) -> dict[str, float]:
             opt.step()
         return (time.perf_counter() - start) / steps * 1e3
 
+    def with_noop_backward_hooks() -> float:
+        """torch's own cost of global backward hooks, without flameprof."""
+        pre = module_hooks.register_module_full_backward_pre_hook(lambda module, grad_output: None)
+        post = module_hooks.register_module_full_backward_hook(lambda module, grad_input, grad_output: None)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return train()
+        finally:
+            pre.remove()
+            post.remove()
+
     train()  # warm-up
-    runs: dict[str, list[float]] = {"no profiler": [], "profiled": [], "profiled, backward layers": []}
+    runs: dict[str, list[float]] = {"no profiler": [], "no-op backward hooks": [], "profiled": [],
+                                    "profiled, backward layers": []}
     for _ in range(repeats):
         runs["no profiler"].append(train())
+        runs["no-op backward hooks"].append(with_noop_backward_hooks())
         with Profiler(rate=100):
             runs["profiled"].append(train())
         with Profiler(rate=100, backward_layers=True):
