@@ -115,7 +115,9 @@ def _time(cmd: list[str], stdout_path: str | None = None) -> tuple[float, float]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with open(stdout_path or os.devnull, "wb") as fh:
-        subprocess.run(cmd, check=True, stdout=fh)
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.PIPE, text=True)
+    if proc.returncode:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -135,7 +137,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs of each renderer (median)")
     parser.add_argument("--minwidth", type=float, default=0.1)
     parser.add_argument("--flamegraph-pl", default=os.environ.get("FLAMEGRAPH_PL"))
-    parser.add_argument("--keep", metavar="DIR", help="keep the input and outputs in DIR")
+    parser.add_argument("--keep", metavar="DIR", help="keep the input and outputs in DIR (an input already there is reused)")
     args = parser.parse_args()
 
     workdir = args.keep or tempfile.mkdtemp(prefix="flameprof-bench-")
