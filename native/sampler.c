@@ -15,6 +15,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#include <internal/pycore_frame.h>  /* 3.11 only: a frame's locals, see frame_self() */
+#endif
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -306,22 +309,44 @@ object_frame(Sampler *s, PyObject *frame_obj)
     return (int32_t)fid;
 }
 
+/* ``self`` of a method's frame (new reference) or NULL, read without building ``frame.f_locals``:
+ * on 3.10 and 3.11 that fills a dict, and when its allocation runs the garbage collector another
+ * thread may finish the frame meanwhile (CPython 3.11 then crashes). There the first argument is
+ * read from the frame's local slots; 3.12+ has PyFrame_GetVar, which builds nothing. */
+static PyObject *
+frame_self(Sampler *s, PyObject *frame, PyCodeObject *code)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *self_obj = PyFrame_GetVar((PyFrameObject *)frame, s->self_name);
+    if (self_obj == NULL)
+        PyErr_Clear();
+    return self_obj;
+#else
+    if (code->co_argcount < 1)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *value = ((PyFrameObject *)frame)->f_frame->localsplus[0];
+#else
+    PyObject **slots = ((PyFrameObject *)frame)->f_localsplus;
+    PyObject *value = slots[0];
+    if (value == NULL && code->co_cell2arg != NULL) {  /* 3.10 moves a captured argument to a cell */
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(code->co_cellvars); i++)
+            if (code->co_cell2arg[i] == 0)
+                value = slots[code->co_nlocals + i];
+    }
+#endif
+    if (value != NULL && PyCell_Check(value))  /* an argument a closure captured */
+        value = PyCell_GET(value);
+    Py_XINCREF(value);
+    return value;
+#endif
+}
+
 /* The frame a layer hook inserts for ``frame``, cached by (code, self, type(self)). */
 static int32_t
 hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
 {
-    PyObject *self_obj = NULL;
-#if PY_VERSION_HEX >= 0x030C0000
-    self_obj = PyFrame_GetVar((PyFrameObject *)frame, s->self_name);
-#else
-    PyObject *locals = PyObject_GetAttrString(frame, "f_locals");
-    if (locals != NULL) {
-        self_obj = PyMapping_GetItemString(locals, "self");
-        Py_DECREF(locals);
-    }
-#endif
-    if (self_obj == NULL)
-        PyErr_Clear();
+    PyObject *self_obj = frame_self(s, frame, code);
     uintptr_t self_key = (uintptr_t)self_obj, type_key = self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0;
     Py_XDECREF(self_obj);
     Entry *e = map_find(&s->hook_cache, (uintptr_t)code, self_key, type_key);
@@ -331,7 +356,14 @@ hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
     PyObject *hook = PyDict_GetItemWithError(s->hooks, (PyObject *)code);  /* borrowed */
     if (hook != NULL) {
         Py_INCREF(hook);
+#if PY_VERSION_HEX < 0x030C0000
+        int gc_was_enabled = PyGC_Disable();  /* the hook may read frame.f_locals: see frame_self() */
+#endif
         PyObject *extra = PyObject_CallOneArg(hook, frame);
+#if PY_VERSION_HEX < 0x030C0000
+        if (gc_was_enabled)
+            PyGC_Enable();
+#endif
         Py_DECREF(hook);
         if (extra == NULL)
             PyErr_Clear();
@@ -1089,6 +1121,8 @@ Sampler_columns(Sampler *s, PyObject *args)
         }
     }
     Py_ssize_t nticks = s->nticks - first;
+    if (nticks == 0)  /* nothing recorded yet: empty bytes, not None for the NULL buffers */
+        return Py_BuildValue("(y#y#Ny#Ny#)", "", 0, "", 0, thread, "", 0, wall, "", 0);
     return Py_BuildValue("(y#y#Ny#Ny#)",
                          (const char *)(s->tick_time + first), nticks * (Py_ssize_t)sizeof(double),
                          (const char *)(s->tick_rows + first), nticks * (Py_ssize_t)sizeof(uint32_t),

@@ -424,3 +424,43 @@ def test_raw_columns_from_a_tick_are_the_tail_of_all_rows():
     for full, part in zip(everything[2:], tail[2:]):
         assert part.tolist() == full.tolist()[skipped:]
     assert all(w > 0 for w in everything[4].tolist())
+
+
+class Capturing:
+    """A method whose ``self`` a closure captures (a cell, not a plain local, in the frame)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        wait = lambda: self.release.wait()  # noqa: E731
+        self.ready.set()
+        wait()
+
+
+def test_layer_hook_cache_finds_self_even_when_a_closure_captures_it():
+    calls = Counter()
+
+    def hook(frame):
+        calls[id(frame.f_locals["self"])] += 1
+        return Frame("captured-layer", kind="layer")
+
+    objects = [Capturing(), Capturing()]
+    threads = [threading.Thread(target=o.run, daemon=True) for o in objects]
+    for t, o in zip(threads, objects):
+        t.start()
+        assert o.ready.wait(10)
+    try:
+        sampler = NativeSampler(ProfileBuilder())
+        sampler.frame_hooks[Capturing.run.__code__] = hook
+        for _ in range(5):
+            sampler.sample()
+    finally:
+        for o in objects:
+            o.release.set()
+        for t in threads:
+            t.join()
+    assert dict(calls) == {id(objects[0]): 1, id(objects[1]): 1}
+    stacks = [s for counter in stacks_by_thread(sampler.builder).values() for s in counter]
+    assert sum("captured-layer" in s for s in stacks) == 2
