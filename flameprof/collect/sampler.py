@@ -7,6 +7,7 @@ thread used meanwhile (Linux per-thread CPU clocks), so the totals are not biase
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -67,6 +68,19 @@ def thread_identity(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int,
     native_id = getattr(thread, "native_id", None) or 0
     name = thread.name if thread is not None else f"Thread-{ident}"
     return builder.thread_id(pid, native_id or ident, name), native_id
+
+
+def call_hook(hook, frame):
+    """``hook(frame)`` with the garbage collector off before 3.12: reading another thread's
+    ``frame.f_locals`` there builds a dict, and a collection during that lets the thread finish
+    the frame meanwhile (CPython 3.11 then crashes)."""
+    if sys.version_info >= (3, 12) or not gc.isenabled():
+        return hook(frame)
+    gc.disable()
+    try:
+        return hook(frame)
+    finally:
+        gc.enable()
 
 
 def truncation_marker(builder: ProfileBuilder, dropped: int) -> int:
@@ -137,7 +151,7 @@ class PythonSampler(SamplerBase):
                 if fid >= 0:
                     hook = hooks.get(code) if hooks else None
                     if hook is not None:
-                        extra = hook(f)
+                        extra = call_hook(hook, f)
                         if extra is not None:
                             ids.append(builder.frame(extra))
                             owners.append(None)
