@@ -1,11 +1,20 @@
 """Layer frames: nn.Module calls named by dotted path from the root module, from the stack alone."""
 
+import gc
+import pytest
 import torch
 from torch import nn
 
 from flameprof import Profiler
 from flameprof.collect.layers import LayerNamer, index_tree
 from sampled import wait_for_samples
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def sampler_kind(request, monkeypatch):
+    """Each test runs with the C sampler (which caches hook results per module) and the Python one."""
+    monkeypatch.setenv("FLAMEPROF_NATIVE", "1" if request.param == "native" else "0")
+    return request.param
 
 
 class Work(nn.Module):
@@ -76,6 +85,7 @@ def test_shared_module_is_named_by_its_first_path_wherever_it_is_called():
 
 
 def test_two_models_and_two_instances_of_one_class_are_told_apart():
+    gc.collect()  # earlier tests' models are gone, so their root names are free again
     a, b = Net(), Net()
 
     class Other(nn.Module):
