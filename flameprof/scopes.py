@@ -36,33 +36,35 @@ def activate(sampler: Any, builder: Any) -> None:
 
 
 def deactivate(sampler: Any) -> None:
+    """Stop recording into ``sampler`` (called when its session ends); scopes become no-ops again."""
     global _SCOPES, _SAMPLER, _BUILDER
     if _SAMPLER is sampler:
         _SCOPES = _SAMPLER = _BUILDER = None
 
 
 def _frame(name: str, kind: str) -> Frame:
+    """The scope's Frame, made once per name (the sampler then interns it by identity, cheaply)."""
     key = (name, kind)
     frame = _FRAMES.get(key)
     if frame is None:
+        if len(_FRAMES) > 4096:  # names built per call (f"step {i}") must not grow this forever
+            _FRAMES.clear()
         frame = _FRAMES[key] = Frame(str(name), kind=kind)
     return frame
 
 
-def push(entered_in: Any, name: str, phase: str | None = None, kind: str = "scope") -> tuple | None:
-    """Open a scope on this thread, shown leafward of the frame ``entered_in``; returns its entry."""
+def push(entered_in: Any, name: str, phase: str | None = None, kind: str = "scope") -> None:
+    """Open a scope on this thread, shown leafward of the frame ``entered_in``."""
     scopes = _SCOPES
     if scopes is None:
-        return None
-    entry = (entered_in, _frame(name, kind))
+        return
     ident = _get_ident()
     stack = scopes.get(ident)
     if stack is None:
         stack = scopes[ident] = []
-    stack.append(entry)
+    stack.append((entered_in, _frame(name, kind)))
     if phase is not None:
         _PHASES[name] = phase
-    return entry
 
 
 def pop(entered_in: Any, name: str, kind: str = "scope", ident: int | None = None) -> None:
@@ -73,9 +75,9 @@ def pop(entered_in: Any, name: str, kind: str = "scope", ident: int | None = Non
     stack = scopes.get(_get_ident() if ident is None else ident)
     if not stack:
         return
-    frame = _frame(name, kind)
     for i in range(len(stack) - 1, -1, -1):
-        if stack[i][1] is frame and stack[i][0] is entered_in:
+        frame_in, frame = stack[i]
+        if frame_in is entered_in and frame.name == name and frame.kind == kind:
             del stack[i]
             return
 

@@ -126,3 +126,13 @@ def test_step_marks_count_the_loop_iterations_on_the_sampler_time_base():
     assert times == sorted(times)
     assert p.profile.meta["window_start"] < times[0] and times[-1] - times[0] >= 8 * 0.005
     assert p.profile.threads[marks[0].thread].name == threading.current_thread().name
+
+
+def test_scopes_named_per_call_are_all_closed_and_their_caches_stay_bounded():
+    with Profiler(rate=1000):
+        for i in range(5000):
+            with flameprof.scope(f"item {i}"):
+                flameprof.scope("inner")(lambda: None)()
+        open_scopes = list(SESSION.sampler.scopes.get(threading.get_ident(), []))
+    assert open_scopes == []
+    assert len(scopes._INSTANCES) <= 4097 and len(scopes._FRAMES) <= 4097

@@ -49,7 +49,6 @@ class TorchHooks:
 
     def __init__(self, sampler: Any, backward_layers: bool = False) -> None:
         self.sampler = sampler
-        self.backward_layers = backward_layers
         self._undo: list[Callable[[], None]] = []
         self._pending = ["layers", "optimizer", "dataloader"] + (["backward"] if backward_layers else [])
         self._optimizer: Callable[[], Any] | None = None
@@ -157,7 +156,7 @@ class TorchHooks:
         self._undo.append(undo)
 
     def _open(self) -> list:
-        """This thread's backward layers: [path, entered_in, scope name, closed_by_gradient]."""
+        """This thread's open backward layers, innermost last: ``[path, frame entered in, scope name]``."""
         stack = getattr(self._backward, "stack", None)
         if stack is None:
             stack = self._backward.stack = []
