@@ -17,10 +17,10 @@ from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 BUSY = """
 import sys, threading, time
 
-def spin(seconds):
-    end = time.perf_counter() + seconds
+def spin(seconds):  # burns CPU time, however loaded the machine is
+    end = time.thread_time() + seconds
     n = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         n += 1
     return n
 
@@ -89,7 +89,7 @@ def test_wall_weight_of_each_thread_matches_its_lifetime(tmp_path, write_script)
     main = [i for i, t in enumerate(profile.threads) if t.name == "MainThread"][0]
     wall = profile.sample_wall[profile.sample_thread == main].sum()
     assert wall == pytest.approx(profile.duration, rel=0.02)
-    assert 0.65 < wall < 1.5
+    assert wall > 0.65
     # wall mode keeps idle time, cpu mode does not count it
     idle_stacks = [s for s in set(profile.sample_stack.tolist())
                    if s >= 0 and any(profile.frames[f].name == "idle" for f in profile.stack_frames(s))]
@@ -106,7 +106,7 @@ def test_cpu_mode_folded_drops_idle_time(tmp_path, write_script):
     folded = dict(line.rsplit(" ", 1) for line in (out / "profile.folded").read_text().splitlines())
     spin = sum(int(v) for k, v in folded.items() if k.endswith("spin (busy.py:4)"))
     sleep = sum(int(v) for k, v in folded.items() if "idle (busy.py:11)" in k)
-    assert spin > 400 and sleep < 50
+    assert spin > 500 and sleep < 50
 
 
 def test_module_mode(tmp_path):

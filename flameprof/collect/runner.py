@@ -107,5 +107,6 @@ def print_target_exception(exc: BaseException, target: Target) -> None:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code is not target.code:
         tb = tb.tb_next
-    sys.excepthook(type(exc), exc, tb)
+    # the hook prints exc.__traceback__ when set, so trim it there
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
 
