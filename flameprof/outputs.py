@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
+from .atomic import write_text
 from .errors import FlameprofError
 
 if TYPE_CHECKING:
@@ -38,34 +37,6 @@ def prepare_output_dir(path: str) -> str:
     if not os.access(path, os.W_OK | os.X_OK):
         raise FlameprofError(f"output directory {path} is not writable")
     return path
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    write_bytes(path, text.encode("utf-8"))
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, so a reader never sees half of it."""
-    with atomic_file(path, "wb") as fh:
-        fh.write(data)
-
-
-@contextmanager
-def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
-    """A file to stream into that appears at ``path`` only once complete (temporary file, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
-            yield fh
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def write_outputs(profile: "Profile", outdir: str, options: OutputOptions) -> list[str]:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 
+from .atomic import write_bytes
 from .errors import FlameprofError
 from .model import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 
@@ -72,21 +72,8 @@ def dumps(profile: Profile) -> bytes:
 
 
 def save(profile: Profile, path: str | os.PathLike) -> None:
-    """Write ``profile`` atomically (temporary file in the same directory, then rename)."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    data = dumps(profile)
-    fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``profile`` atomically, so a reader never sees half a profile."""
+    write_bytes(os.fspath(path), dumps(profile))
 
 
 def is_flameprof_file(head: bytes) -> bool:

@@ -106,3 +106,12 @@ def test_newer_version_is_refused(tmp_path):
 def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
     storage.save(sample_profile(), tmp_path / "p.flameprof")
     assert [p.name for p in tmp_path.iterdir()] == ["p.flameprof"]
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    path = tmp_path / "p.flameprof"
+    storage.save(sample_profile(), path)
+    import os
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask

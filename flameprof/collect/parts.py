@@ -17,7 +17,7 @@ import time
 import zipfile
 from array import array
 
-from ..outputs import write_bytes
+from ..atomic import write_bytes
 from ..records import ProcessInfo, ProfileBuilder
 
 PREFIX = "part-"

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..analyze.budgets import check, parse_budget
     from ..collect.load import load_input
-    from ..outputs import write_text
+    from ..atomic import write_text
     from ..render.check_report import check_markdown, check_text
 
     budgets = [parse_budget(text) for text in args.budgets]

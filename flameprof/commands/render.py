@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def render(args: argparse.Namespace) -> int:
     from ..analyze.views import VIEWS
     from ..collect.load import load_input
-    from ..outputs import write_text
+    from ..atomic import write_text
 
     if args.minwidth < 0:
         raise FlameprofError(f"--minwidth must be 0 or more, not {args.minwidth:g}")

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     text = render_report(report_data(profile, rules, args.mode, source=args.profile), args.format)
     if args.output:
         from ..errors import FlameprofError
-        from ..outputs import write_text
+        from ..atomic import write_text
 
         try:
             write_text(args.output, text)

@@ -24,7 +24,7 @@ def write_exports(profile: "Profile", base: str, options: "OutputOptions") -> li
     """Write each of ``options.formats`` to ``base + suffix``; returns the paths."""
     from ..analyze.breakdown import analyze
     from ..analyze.phases import LEAF_PHASES
-    from ..outputs import atomic_file, write_bytes, write_text
+    from ..atomic import atomic_file, write_bytes, write_text
 
     analysis = analyze(profile, mode=options.mode) if set(options.formats) & {"chrome", "pprof", "html"} else None
     paths = []
