@@ -182,3 +182,18 @@ def test_unwritable_output_dir_is_refused_before_running(tmp_path, write_script)
     proc = run_flameprof("run", "-o", str(blocker / "sub"), script)
     assert_one_error_line(proc, "output directory")
     assert "ran" not in proc.stdout
+
+
+def test_phase_rules_are_checked_before_running_and_saved_in_the_profile(tmp_path, write_script):
+    script = write_script("load.py", "import time\ndef next_batch():\n    time.sleep(0.2)\nnext_batch()\nprint('ran')\n")
+    proc = run_flameprof("run", "--phase", "nonsense", script)
+    assert_one_error_line(proc, "--phase")
+    assert "ran" not in proc.stdout
+    out = tmp_path / "out"
+    proc = run_flameprof("run", "-q", "-o", str(out), "--phase", "data=next_batch", script)
+    assert proc.returncode == 0, proc.stderr
+    profile = storage.load(out / "profile.flameprof")
+    assert profile.meta["phase_rules"] == ["data=next_batch"]
+    report = run_flameprof("report", "--format", "json", str(out / "profile.flameprof"))
+    import json
+    assert json.loads(report.stdout)["phases"]["data"]["seconds"] > 0.1

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backward-layers", action="store_true",
                    help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
                         "slows the model's forward and backward, see README)")
+    p.add_argument("--phase", action="append", default=[], metavar="NAME=PATTERN",
+                   help="add a phase rule, e.g. data=my_loader:next_batch (see README; repeatable)")
     add_render_options(p)
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py | module", help="what to run, then its arguments")
     p.set_defaults(func=run)
@@ -57,7 +59,19 @@ def _default_sigterm_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _write_profile(profile, outdir: str, options, quiet: bool) -> None:
+def _check_phase_rules(rules: list[str]) -> None:
+    """Refuse a malformed --phase before anything runs (loads the analysis, so only when rules are given)."""
+    if rules:
+        from ..analyze.phases import parse_rule
+
+        for rule in rules:
+            parse_rule(rule)
+
+
+def _write_profile(profile, outdir: str, options, args: argparse.Namespace) -> None:
+    if args.phase:
+        profile.meta["phase_rules"] = list(args.phase)
+    quiet = args.quiet
     try:
         from ..outputs import write_outputs
         from ..render.summary import format_summary
@@ -75,6 +89,7 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     from ..collect.tree import ProcessTree, warn
     from ..outputs import prepare_output_dir
 
+    _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
     tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
@@ -87,7 +102,7 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     if profile is None:
         warn(f"no Python process was profiled ({argv[0]} started none, or only with python -E/-I)")
     else:
-        _write_profile(profile, outdir, options, args.quiet)
+        _write_profile(profile, outdir, options, args)
     return exit_like(returncode)
 
 
@@ -103,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     target = runner.module_target(rest[0], rest[1:]) if args.module else runner.script_target(rest[0], rest[1:])
     from ..outputs import prepare_output_dir
 
+    _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
 
@@ -129,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             if tree is not None:
                 profile = tree.collect(profile)
-            _write_profile(profile, outdir, options, args.quiet)
+            _write_profile(profile, outdir, options, args)
         if state["signal"] is not None:
             sys.stdout.flush()
             sys.stderr.flush()
