@@ -236,7 +236,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_dataloader_workers_appear_by_role(tmp_path, start_method):
     script = tmp_path / "loader.py"
     script.write_text(DATALOADER)

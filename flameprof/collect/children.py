@@ -16,6 +16,7 @@ import os
 import shlex
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -52,8 +53,24 @@ def enable_tree(directory: str, rate: float) -> None:
     _TREE.rate = rate
     if not _TREE.fork_hook:
         _TREE.fork_hook = True
+        _take_locks_before_sampling()
         os.register_at_fork(after_in_child=_after_fork_in_child)
     _install_exit_hooks()
+
+
+def _take_locks_before_sampling() -> None:
+    """Do here, once, what would otherwise take a module lock on the sampler's thread later: import
+    psutil (the process counters) and set up tempfile's names (the atomic part writes).
+
+    If the process forked while the sampler's thread held such a lock, the child would inherit it
+    held and hang at its own import of that module or its own ``tempfile`` call (a forkserver
+    forks right after it starts, while its sampler's first tick may be importing psutil).
+    """
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        pass
+    tempfile._get_candidate_names()  # its first call takes tempfile's module lock; later ones do not
 
 
 def _install_exit_hooks() -> None:
