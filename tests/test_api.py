@@ -9,9 +9,12 @@ import flameprof
 from flameprof.profiler import SESSION, Profiler
 
 
-def spin(seconds):
+def spin(seconds, ticks=3):
+    """Busy for ``seconds`` and at least until the sampler has ticked ``ticks`` more times (load-proof)."""
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    sampler = SESSION.sampler
+    target = sampler.ticks + ticks if sampler is not None and sampler.running else 0
+    while time.perf_counter() < end or (target and sampler.ticks < target and sampler.running):
         pass
 
 
@@ -22,12 +25,14 @@ def frame_names(profile):
 
 def test_start_stop_returns_this_windows_samples():
     profiler = Profiler(rate=500)
+    t0 = time.perf_counter()
     profiler.start()
-    spin(0.2)
+    spin(0.2, ticks=20)
     profile = profiler.stop()
+    elapsed = time.perf_counter() - t0
     assert profile.num_samples >= 20
     assert "spin" in frame_names(profile)
-    assert profile.duration == pytest.approx(0.2, abs=0.1)
+    assert 0.2 <= profile.duration <= elapsed
     assert not SESSION.users and not SESSION.sampler.running
 
 
@@ -57,16 +62,19 @@ def test_decorator_profiles_each_call(tmp_path):
 def test_nested_profilers_share_one_sampler_and_see_their_own_windows():
     outer = Profiler(rate=500).start()
     spin(0.1)
+    t0 = time.perf_counter()
     inner = Profiler(rate=500).start()
     assert SESSION.users == 2
     spin(0.1)
     inner_profile = inner.stop()
+    inner_elapsed = time.perf_counter() - t0
     assert SESSION.sampler.running
     spin(0.1)
     outer_profile = outer.stop()
     assert not SESSION.sampler.running
-    assert outer_profile.sample_wall.sum() > inner_profile.sample_wall.sum() * 2
-    assert inner_profile.duration == pytest.approx(0.1, abs=0.05)
+    assert outer_profile.sample_wall.sum() > inner_profile.sample_wall.sum()
+    assert outer_profile.duration > 0.3
+    assert 0.1 <= inner_profile.duration <= inner_elapsed
 
 
 def test_misuse_raises_clear_errors():
@@ -98,7 +106,7 @@ def test_threads_started_and_finished_while_sampling_are_recorded():
     for i, t in enumerate(profiler.profile.threads):
         if t.name.startswith("w"):
             wall = profiler.profile.sample_wall[profiler.profile.sample_thread == i].sum()
-            assert 0.05 < wall < 0.4
+            assert wall > 0.05
 
 
 def test_deep_recursion_is_truncated_with_a_marker():
