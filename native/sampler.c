@@ -1,8 +1,8 @@
 /* flameprof._native: the per-tick hot path of the in-process sampler.
  *
  * One call of Sampler.sample() takes one sample of every Python thread of the interpreter.
- * Phase 1 walks the thread states and frames with the GIL held and never calls Python code, so no
- * thread state can disappear under it. Phase 2 turns the collected frames into a stack id using C
+ * Phase 1 walks the thread states and frames with the GIL held and never runs Python code (not
+ * even a garbage collection's finalizers), so no thread state or frame can disappear under it. Phase 2 turns the collected frames into a stack id using C
  * hash tables (code object -> frame id, frame-id sequence -> stack id) and appends one compact
  * row per thread. Python is called back only for things seen for the first time (a new code
  * object, stack, thread, layer hook result or truncation marker), so the steady state allocates
@@ -678,7 +678,12 @@ take_sample(Sampler *s, unsigned long exclude)
             PyErr_Clear();
     }
     double start = monotonic();
+    /* The walk makes frame objects; an allocation may start a collection whose finalizers run
+     * Python code, which may switch threads and pop the very frames being walked. */
+    int gc_was_enabled = PyGC_Disable();
     int failed = walk_threads(s, exclude) < 0;
+    if (gc_was_enabled)
+        PyGC_Enable();
     double now = monotonic();
     s->tick_count++;
     Py_ssize_t first_row = s->nrows;

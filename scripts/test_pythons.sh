@@ -48,12 +48,18 @@ for minor in $PYTHONS; do
       continue
     fi
   fi
-  # no build isolation: the venv already has setuptools, and nothing needs fetching per run
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
-       > "$venv/install.log" 2>&1; then
-    cat "$venv/install.log" >&2
-    status=1
-    continue
+  # Rebuild only when the C source changed: the build rewrites flameprof/_native.<abi>.so in
+  # place, which would pull it from under any process of this tree that has it loaded.
+  so=flameprof/_native$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+  if [ ! -f "$so" ] || [ native/sampler.c -nt "$so" ] || [ setup.py -nt "$so" ] \
+     || ! (cd "$venv" && bin/python -c "import flameprof" 2>/dev/null); then
+    # no build isolation: the venv already has setuptools, and nothing needs fetching per run
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
+         > "$venv/install.log" 2>&1; then
+      cat "$venv/install.log" >&2
+      status=1
+      continue
+    fi
   fi
   if ! (cd "$venv" && FLAMEPROF_NATIVE=1 bin/python -c "import flameprof._native"); then
     echo "test_pythons: CPython $minor: flameprof._native did not build or import" >&2

@@ -391,6 +391,55 @@ def test_interpreter_exit_while_sampling_is_clean():
     assert proc.stdout.strip() == "exiting True" and "Fatal" not in proc.stderr
 
 
+def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_hangs():
+    # Walking frames makes frame objects; a collection started by that allocation runs __del__
+    # methods (Python code) that could switch threads and pop the frames being walked.
+    proc = run_script("""
+        import gc, threading, time
+        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.records import Frame, ProfileBuilder
+
+        class Cyclic:
+            def __init__(self):
+                self.me = self
+            def __del__(self):
+                deep(5)
+
+        def deep(n):
+            return deep(n - 1) if n else sum(range(10))
+
+        def churn(stop):
+            while not stop.is_set():
+                for _ in range(200):
+                    Cyclic()
+                deep(30)
+
+        def layered(n):
+            return layered(n - 1) if n else len([Cyclic() for _ in range(5)])
+
+        gc.set_threshold(50, 5, 5)
+        stop = threading.Event()
+        threads = [threading.Thread(target=churn, args=(stop,)) for _ in range(3)]
+        sampler = NativeSampler(ProfileBuilder(), rate=5000)
+        sampler.frame_hooks[layered.__code__] = lambda frame: Frame("layer", kind="layer")
+        for t in threads:
+            t.start()
+        sampler.start()
+        end = time.perf_counter() + 1.5
+        while time.perf_counter() < end:
+            layered(20)
+        sampler.stop()
+        stop.set()
+        for t in threads:
+            t.join()
+        profile = sampler.builder.build()
+        profile.validate()
+        print("ok", profile.num_samples > 0)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ok", "True"]
+
+
 def test_profiler_meta_reports_native_sampler_and_achieved_rate():
     proc = run_script("""
         import time
