@@ -34,6 +34,11 @@ def linger_work():
     spin(1.3)
     time.sleep(25)  # still running when the profiled program ends
 
+def terminated_work():
+    spin(0.5)
+    print("ready", flush=True)
+    spin(60)
+
 def doomed_work():
     spin(1.8)  # more than one flush interval: the part on disk has most of these samples
     print("ready", flush=True)
@@ -42,7 +47,8 @@ def doomed_work():
 if __name__ == "__main__":
     import sitecustomize
     print("user sitecustomize:", getattr(sitecustomize, "MARK", None), flush=True)
-    {"ok": child_work, "crash": crash_work, "doomed": doomed_work, "linger": linger_work}[sys.argv[1]]()
+    {"ok": child_work, "crash": crash_work, "doomed": doomed_work, "linger": linger_work,
+     "terminated": terminated_work}[sys.argv[1]]()
     print("numpy in child:", "numpy" in sys.modules)  # profiling (and its flushes) must not import it
 """
 
@@ -76,6 +82,11 @@ def main():
         forked_work()
         os._exit(0)
     os.waitpid(pid, 0)
+    terminated = subprocess.Popen([sys.executable, CHILD, "terminated"], stdout=subprocess.PIPE, text=True)
+    terminated.stdout.readline()
+    terminated.stdout.readline()
+    terminated.terminate()
+    print("terminated exit", terminated.wait())
     doomed = subprocess.Popen([sys.executable, CHILD, "doomed"], stdout=subprocess.PIPE, text=True)
     print("doomed says", doomed.stdout.readline().strip())
     doomed.stdout.readline()
@@ -145,7 +156,7 @@ def test_every_python_child_is_profiled_under_its_process_frame(job):
     # the resource tracker multiprocessing starts is an idle helper: not profiled
     assert not any("resource_tracker" in label for label in labels)
     pids = {p.pid for p in profile.processes}
-    assert len(pids) == len(profile.processes) >= 7
+    assert len(pids) == len(profile.processes) >= 8
     assert {t.pid for t in profile.threads} <= pids
 
 
@@ -159,6 +170,15 @@ def test_a_killed_or_hanging_child_keeps_the_samples_it_had_flushed(job):
     warnings = sorted(line for line in proc.stderr.splitlines() if "did not end cleanly" in line)
     assert len(warnings) == 2, proc.stderr
     assert any("child.py doomed" in w for w in warnings) and any("child.py linger" in w for w in warnings)
+
+
+def test_a_terminated_child_writes_its_final_part_and_still_dies_by_sigterm(job):
+    proc, profile, out = job
+    assert "terminated exit -15" in proc.stdout
+    by_process = seconds_by_process(profile)
+    terminated = next(label for label in by_process if label.endswith("child.py terminated"))
+    assert by_process[terminated]["terminated_work"] > 0
+    assert "child.py terminated" not in proc.stderr  # it ended cleanly: no warning
     assert "Traceback" not in proc.stderr.replace("Traceback (most recent call last):\n  File", "")
 
 
@@ -184,16 +204,17 @@ def test_times_share_one_clock(job):
 def test_no_subprocesses_profiles_only_the_main_process(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     script = tmp_path / "main.py"
-    script.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(tmp_path / 'child.py')!r}, 'ok'])\n")
+    script.write_text(f"import subprocess, sys, time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n"
+                      f"subprocess.run([sys.executable, {str(tmp_path / 'child.py')!r}, 'ok'])\n")
     for mode, target in (("script", [str(script)]), ("command", ["--", sys.executable, str(script)])):
         out = tmp_path / mode
         proc = run_flameprof("run", "-q", "--no-subprocesses", "-o", str(out), *target)
         assert proc.returncode == 0, proc.stderr
         profile = storage.load(out / "profile.flameprof")
-        assert len(profile.processes) <= 1 and not any(f.kind == "process" for f in profile.frames)
-        assert any(f.name == "<module>" and f.file == str(script) for f in profile.frames)
-        assert not any(f.name == "child_work" for f in profile.frames)
-        assert sorted(os.listdir(out)) == ["profile.flameprof", "profile.folded", "profile.svg"]
+        assert len(profile.processes) <= 1 and not any(f.kind == "process" for f in profile.frames), mode
+        assert any(f.name == "<module>" and f.file == str(script) for f in profile.frames), (mode, profile.frames)
+        assert not any(f.name == "child_work" for f in profile.frames), mode
+        assert sorted(os.listdir(out)) == ["profile.flameprof", "profile.folded", "profile.svg"], mode
 
 
 def test_run_any_command_passes_its_outcome_through(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -163,6 +164,12 @@ def process_role(forked_from: int = 0) -> str:
     return f"rank {rank}: {role}" if role else f"rank {rank}: {short_command(command_line())}"
 
 
+def _daemonic() -> bool:
+    """A daemonic multiprocessing child (DataLoader workers are): its parent ends it at exit."""
+    mp = sys.modules.get("multiprocessing")
+    return bool(mp is not None and mp.current_process().daemon)
+
+
 def command_line() -> str:
     argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
     return " ".join(shlex.quote(a) for a in argv)
@@ -202,7 +209,7 @@ class _Recorder:
         now = time.time()
         meta = dict(run_metadata(), start_time=session.start_time, duration=now - session.start_time,
                     rate=_TREE.rate, sampler=getattr(sampler, "kind", ""),
-                    outlives_parent=multiprocessing_helper() is not None,
+                    outlives_parent=multiprocessing_helper() is not None, daemon=_daemonic(),
                     profiled_seconds=now - self.created,  # flameprof's own cost in this process:
                     profiler_seconds=getattr(sampler, "busy", 0.0) - self.busy_before + self.flush_seconds)
         counters = session.counters
@@ -248,6 +255,27 @@ def _start_recorder(directory: str, forked_from: int = 0) -> None:
     hooks = SESSION.sampler.tick_hooks
     if _tick not in hooks:
         hooks.append(_tick)
+    _flush_on_sigterm()
+
+
+def _flush_on_sigterm() -> None:
+    """Write the final part when SIGTERM ends this process, then end by SIGTERM all the same.
+
+    Only where SIGTERM still has its default action (or a handler flameprof inherited from its
+    parent): that is how ``multiprocessing`` ends daemonic children at exit, e.g. persistent
+    DataLoader workers, which would otherwise lose their last second of samples.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGTERM)
+    if current == signal.SIG_DFL or getattr(current, "__module__", "").startswith("flameprof."):
+        signal.signal(signal.SIGTERM, _flush_then_die)
+
+
+def _flush_then_die(signum: int, frame: object) -> None:
+    _finish_recorder()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _finish_recorder() -> None:

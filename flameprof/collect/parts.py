@@ -70,6 +70,9 @@ class PartWriter:
         self.lock = threading.Lock()
         self.written = -1  # samples in the file on disk; -1 before the first write
         self._columns = [array("q"), array("i"), array("i"), array("q"), array("q")]  # time thread stack wall cpu
+        self._frames_json: list[str] = []  # the tables only grow: each flush encodes only what is new
+        self._stack_parent = array("i")
+        self._stack_frame = array("i")
         self._first_mark = len(builder.marks)
         self._list_done = len(builder.cpu)
         self._store_done = [_ticks_and_rows(_raw(store)) for store in builder.sample_stores]
@@ -124,21 +127,24 @@ class PartWriter:
             n_threads = len(b.threads)
             n_stacks = min(len(b.stack_parent), len(b.stack_frame))
             n_frames = len(b.frames)
+            self._frames_json.extend(json.dumps([f.name, f.file, f.line, f.kind], separators=(",", ":"))
+                                     for f in b.frames[len(self._frames_json):n_frames])
+            self._stack_parent.extend(b.stack_parent[len(self._stack_parent):n_stacks])
+            self._stack_frame.extend(b.stack_frame[len(self._stack_frame):n_stacks])
             tables = {
                 "meta.json": dict(meta, format="flameprof", version=1, final=final),
-                "frames.json": [[f.name, f.file, f.line, f.kind] for f in b.frames[:n_frames]],
                 "threads.json": [[t.pid, t.tid, t.name] for t in b.threads[:n_threads]],
                 "processes.json": [[process.pid, process.role, process.host, process.cmdline, process.ppid]],
                 "marks.json": [[m.time, m.thread, m.name, m.value] for m in b.marks[self._first_mark:]
                                if m.thread < n_threads],
                 "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
             }
-            columns = {"stack_parent": array("i", b.stack_parent[:n_stacks]),
-                       "stack_frame": array("i", b.stack_frame[:n_stacks])}
+            columns = {"stack_parent": self._stack_parent, "stack_frame": self._stack_frame}
             columns.update(zip(("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"),
                                self._columns))
             buf = io.BytesIO()
             with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+                zf.writestr("frames.json", "[" + ",".join(self._frames_json) + "]")
                 for name, table in tables.items():
                     zf.writestr(name, json.dumps(table, separators=(",", ":")))
                 for name, column in columns.items():

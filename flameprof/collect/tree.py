@@ -67,8 +67,8 @@ class ProcessTree:
             except FlameprofError as exc:
                 warn(f"skipped a part that cannot be read: {exc}")
                 continue
-            if path in partial and part.processes:
-                info = part.processes[0]
+            if path in partial and part.processes and not part.meta.get("daemon"):
+                info = part.processes[0]  # (a daemonic child is ended by its parent at exit: no news)
                 warn(f"process {info.pid} ({children.short_command(info.cmdline)}) did not end cleanly "
                      f"(killed, or still running); kept the {part.num_samples} samples it had written")
             if part.num_samples:
