@@ -16,15 +16,14 @@ from ..records import ProfileBuilder
 from .backend import SamplerBase
 from .sampler import MAX_DEPTH, code_frame_id, thread_identity, truncation_marker
 
-
 TICK_HOOK_INTERVAL = 0.05  # seconds between runs of the tick hooks (process counters) on the clock thread
 
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
 
 
 class NativeSampler(SamplerBase):
-    """Sampled from a C clock thread (see native/sampler.c): no Python thread, no GIL wait per tick
-    while the main thread runs Python. One runs at a time per process."""
+    """Sampled from a C clock thread (see native/sampler.c), so no Python thread is added to the
+    program; one runs at a time per process."""
 
     kind = "native"
 
