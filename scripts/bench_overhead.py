@@ -102,12 +102,22 @@ def _has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def timed_run(command: list[str], env: dict) -> tuple[float, dict]:
-    """The workload's own timed-section seconds, and flameprof's profile meta when it wrote one."""
-    proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **env), timeout=600)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("TIMED ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(command)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+FAILURES: list[str] = []  # runs that failed and were retried: reported, never hidden
+
+
+def timed_run(command: list[str], env: dict, tries: int = 3) -> tuple[float, dict]:
+    """The workload's own timed-section seconds, and flameprof's profile meta when it wrote one.
+
+    A failed run is retried (py-spy sometimes fails to attach on a loaded machine) and listed in
+    the report."""
+    for attempt in range(tries):
+        proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **env), timeout=600)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("TIMED ")]
+        if proc.returncode == 0 and lines:
+            break
+        FAILURES.append(f"{' '.join(command[:6])} ... exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    else:
+        raise RuntimeError(f"{' '.join(command)} failed {tries} times:\n{proc.stderr[-2000:]}")
     meta = {}
     try:
         out = command[command.index("-o") + 1]
@@ -281,19 +291,23 @@ def main() -> int:
                         help="comma-separated parts: overhead, micro, memory, size")
     args = parser.parse_args()
     parts = set(args.only.split(","))
-    report: list[str] = []
-    sampler = None
+
+    def show(lines: list[str]) -> None:
+        print("\n".join(lines), flush=True)
+
     if "micro" in parts:
-        report += bench_micro()
+        show(bench_micro())
     if "memory" in parts or "size" in parts:
         lines, sampler = bench_memory()
         if "memory" in parts:
-            report += lines
-    if "size" in parts:
-        report += bench_size(sampler)
+            show(lines)
+        if "size" in parts:
+            show(bench_size(sampler))
+        del sampler
     if "overhead" in parts:
-        report += bench_overhead(args.rounds)
-    print("\n".join(report))
+        show(bench_overhead(args.rounds))
+    if FAILURES:
+        show([f"{len(FAILURES)} failed run(s), retried:"] + [f"  {failure}" for failure in FAILURES])
     return 0
 
 
