@@ -1090,6 +1090,10 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
 #endif
     s->nthreads = 0;
     s->last_tick = monotonic();
+    /* the fork may have cut a sample of the parent's clock thread (a Python callback let the forking
+     * thread in): drop its rows and its reentrancy guard, or the child never samples */
+    s->nrows = s->done_rows;
+    s->sampling = 0;
     Py_RETURN_NONE;
 }
 

@@ -3,17 +3,16 @@
 These run real jobs: subprocesses, multiprocessing (spawn and fork), DataLoader workers, torchrun.
 """
 
+import json
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
 from flameprof import storage
 from flameprof.frames import Labeler
 
-from conftest import REPO, flameprof_cmd, run_flameprof
+from conftest import REPO, run_flameprof
 
 CHILD = """
 import sys, time
@@ -265,11 +264,18 @@ def test_dataloader_workers_appear_by_role(tmp_path, start_method):
                          timeout=240)
     assert proc.returncode == 0 and "sum 1984.0" in proc.stdout, proc.stderr
     assert "warning" not in proc.stderr, proc.stderr
-    by_process = seconds_by_process(storage.load(tmp_path / "out" / "profile.flameprof"))
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    by_process = seconds_by_process(profile)
+    assert {"dataloader worker 0", "dataloader worker 1"} <= set(by_process), (profile.processes, proc.stderr)
     for worker in ("dataloader worker 0", "dataloader worker 1"):
         # 16 items of 20 ms each per worker
         assert 0 < by_process[worker]["SlowDataset.__getitem__"] < 2.0, by_process[worker]
     assert "SlowDataset.__getitem__" not in by_process["main"]
+    report = run_flameprof("report", str(tmp_path / "out" / "profile.flameprof"), "--format", "json")
+    processes = json.loads(report.stdout)["processes"]
+    (main,) = [loop for loop in processes["loops"] if loop["role"] == "main"]
+    assert main["data_wait"] > 0 and {w["role"] for w in main["workers"]} == {"dataloader worker 0", "dataloader worker 1"}
+    assert sum(w["busy"] for w in main["workers"]) > 0
 
 
 DDP = """
@@ -315,3 +321,5 @@ def test_torchrun_ranks_appear_by_role(tmp_path):
     for rank in ("rank 0", "rank 1"):
         assert by_process[rank]["train_step"] > 0, sorted(by_process)
     assert {p.role for p in profile.processes} >= {"main", "rank 0", "rank 1"}
+    report = run_flameprof("report", str(tmp_path / "out" / "profile.flameprof"))
+    assert "rank 0: " in report.stdout and "rank 1: " in report.stdout and "slowest rank: rank " in report.stdout

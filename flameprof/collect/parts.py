@@ -90,7 +90,7 @@ class PartWriter:
             if len(times) < tick_done or len(threads) < row_done:  # the store was reset: all its rows are new
                 tick_done, row_done = 0, 0
             if sum(per_tick[tick_done:]) != len(threads) - row_done or len(threads) != len(cpus):
-                continue  # not the rows this writer expects (the store was reset): skip them, never guess
+                continue  # not the rows this writer expects: skip them this time, never guess
             t0 = store.t0
             for tick in range(tick_done, len(times)):
                 time_us.extend([round((times[tick] - t0) * 1e6)] * per_tick[tick])
