@@ -40,9 +40,11 @@ def _us(seconds) -> list[int]:
     return [round(s * 1e6) for s in seconds]
 
 
-def _raw(store) -> tuple:
-    """A sample store's rows as memoryviews, without numpy (see NativeSampler.raw_columns)."""
-    return tuple(memoryview(data or b"").cast(code) for data, code in zip(store.raw_columns(), store.RAW_TYPECODES))
+def _raw(store, first_tick: int = 0) -> tuple:
+    """A sample store's ticks from ``first_tick`` on and their rows, as memoryviews, without numpy
+    (see NativeSampler.raw_columns)."""
+    columns = store.raw_columns(first_tick)
+    return tuple(memoryview(data or b"").cast(code) for data, code in zip(columns, store.RAW_TYPECODES))
 
 
 def _ticks_and_rows(raw: tuple) -> tuple[int, int]:
@@ -82,23 +84,22 @@ class PartWriter:
         b = self.builder
         time_us, thread, stack, wall_us, cpu_us = self._columns
         for i, store in enumerate(b.sample_stores):  # the native sampler's rows
-            raw = _raw(store)
             if i == len(self._store_done):
                 self._store_done.append((0, 0))
             tick_done, row_done = self._store_done[i]
-            times, per_tick, threads, stacks, walls, cpus = raw
-            if len(times) < tick_done or len(threads) < row_done:  # the store was reset: all its rows are new
+            if len(store) < row_done:  # the store was reset: all its rows are new
                 tick_done, row_done = 0, 0
-            if sum(per_tick[tick_done:]) != len(threads) - row_done or len(threads) != len(cpus):
+            times, per_tick, threads, stacks, walls, cpus = _raw(store, tick_done)  # the new ticks only
+            if sum(per_tick) != len(threads) or len(threads) != len(cpus):
                 continue  # not the rows this writer expects: skip them this time, never guess
             t0 = store.t0
-            for tick in range(tick_done, len(times)):
-                time_us.extend([round((times[tick] - t0) * 1e6)] * per_tick[tick])
-            thread.extend(threads[row_done:].tolist())
-            stack.extend(stacks[row_done:].tolist())
-            wall_us.extend(_us(walls[row_done:].tolist()))
-            cpu_us.extend(_us(cpus[row_done:].tolist()))
-            self._store_done[i] = _ticks_and_rows(raw)
+            for tick, rows in zip(times, per_tick):
+                time_us.extend([round((tick - t0) * 1e6)] * rows)
+            thread.extend(threads.tolist())
+            stack.extend(stacks.tolist())
+            wall_us.extend(_us(walls.tolist()))
+            cpu_us.extend(_us(cpus.tolist()))
+            self._store_done[i] = (tick_done + len(times), row_done + len(threads))
         n_list = len(b.cpu)  # the list columns are appended time first, cpu last
         done = self._list_done
         time_us.extend(_us(b.time[done:n_list]))
