@@ -74,7 +74,7 @@ for _ in range(STEPS):
 print(f"TIMED {time.perf_counter() - start:.6f}")
 """
 
-WORKLOADS = {"pure-python": (PURE_PYTHON, 60), "torch-train": (TORCH_TRAIN, 2500)}
+WORKLOADS = {"pure-python": (PURE_PYTHON, 250), "torch-train": (TORCH_TRAIN, 2500)}
 TARGETS = {100: 1.0, 1000: 3.0}  # % slowdown allowed for flameprof's native sampler
 
 
@@ -128,11 +128,15 @@ def timed_run(command: list[str], env: dict, tries: int = 3) -> tuple[float, dic
     return float(lines[-1].split()[1]), meta
 
 
-def bench_overhead(rounds: int) -> list[str]:
+def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
     report = []
     failures = []
     with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
-        for workload, (source, steps) in WORKLOADS.items():
+        for workload in workloads:
+            source, steps = WORKLOADS[workload]
+            if "import torch" in source and not _has_module("torch"):
+                report.append(f"{workload}: skipped (no torch for {sys.executable})")
+                continue
             path = os.path.join(tmp, workload.replace("-", "_") + ".py")
             with open(path, "w") as fh:
                 fh.write(source.replace("STEPS", str(steps)))
@@ -289,6 +293,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per configuration (default 5)")
     parser.add_argument("--only", default="overhead,micro,memory,size",
                         help="comma-separated parts: overhead, micro, memory, size")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads for overhead (default: {','.join(WORKLOADS)})")
     args = parser.parse_args()
     parts = set(args.only.split(","))
 
@@ -305,7 +311,7 @@ def main() -> int:
             show(bench_size(sampler))
         del sampler
     if "overhead" in parts:
-        show(bench_overhead(args.rounds))
+        show(bench_overhead(args.rounds, args.workloads.split(",")))
     if FAILURES:
         show([f"{len(FAILURES)} failed run(s), retried:"] + [f"  {failure}" for failure in FAILURES])
     return 0
