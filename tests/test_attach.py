@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 from flameprof import storage
 from flameprof.collect.attach import bootstrap_source
+from flameprof.collect.pyspy_backend import find_pyspy
 from flameprof.collect.target_process import ptrace_denial, python_version
 
 # Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change; SIGUSR2 ends it.
@@ -296,7 +297,7 @@ def test_inject_into_other_python_versions(tmp_path, version):
 def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "py-spy").symlink_to(shutil.which("py-spy"))
+    (bin_dir / "py-spy").symlink_to(find_pyspy())
     proc = run_flameprof("attach", target.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"),
                          env={"PATH": str(bin_dir)})
     assert proc.returncode == 0, proc.stderr
@@ -308,8 +309,12 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     assert {t.pid for t in profile.threads} == {target.proc.pid}
     assert target.proc.poll() is None
     (bin_dir / "py-spy").unlink()
-    assert_one_error_line(run_flameprof("attach", target.pid, "--duration", "1", "-o", str(tmp_path / "out"),
-                                        env={"PATH": str(bin_dir)}), "gdb is not installed", "py-spy")
+    python = bin_dir / "python"  # an interpreter with no py-spy beside it
+    python.symlink_to(os.path.realpath(sys.executable))
+    env = {"PATH": str(bin_dir), "PYTHONPATH": REPO + os.pathsep + os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([str(python), "-m", "flameprof", "attach", str(target.pid), "--duration", "1", "-o",
+                           str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60)
+    assert_one_error_line(proc, "gdb is not installed", "py-spy")
 
 
 def can_unshare() -> bool:

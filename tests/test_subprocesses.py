@@ -279,7 +279,7 @@ def test_dataloader_workers_appear_by_role(tmp_path, start_method):
 
 
 DDP = """
-import os
+import os, sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -298,7 +298,8 @@ def main():
     for _ in range(20):
         train_step(model, optimizer, x)
     dist.barrier()
-    print("rank", dist.get_rank(), "done", flush=True)
+    sys.stdout.write(f"rank {dist.get_rank()} done\\n")  # one write: the ranks share the pipe
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 if __name__ == "__main__":

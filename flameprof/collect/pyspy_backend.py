@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 import socket
 import subprocess
 import tempfile
@@ -28,10 +29,15 @@ if TYPE_CHECKING:
     from ..model import Profile
 
 
+def find_pyspy() -> str | None:
+    """py-spy installed beside this interpreter (a venv not on PATH), else the one on PATH."""
+    return shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+
+
 def record(target: TargetProcess, duration: float | None, rate: float, subprocesses: bool,
            note: Callable[[str], None] = lambda text: None) -> "Profile":
     """Sample ``target`` (and its children with ``subprocesses``) for ``duration`` s or until Ctrl-C."""
-    pyspy = shutil.which("py-spy")
+    pyspy = find_pyspy()
     if pyspy is None:
         raise FlameprofError("py-spy is not installed (pip install py-spy)")
     with tempfile.TemporaryDirectory(prefix="flameprof-pyspy-") as tmp:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 
 from ..errors import FlameprofError
@@ -60,12 +59,13 @@ def attach(args: argparse.Namespace) -> int:
     profile = None
     if args.backend == "inject":
         from ..collect import attach as inject
+        from ..collect.pyspy_backend import find_pyspy
 
         children = target_process.python_descendants(target.pid, _note) if args.subprocesses else []
         try:
             profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers)
         except inject.InjectUnavailable as exc:
-            if shutil.which("py-spy") is None:
+            if find_pyspy() is None:
                 raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
                                      "is not installed (pip install py-spy)") from None
             _note(f"cannot inject into process {target.pid}: {exc}; using py-spy instead")
