@@ -11,7 +11,7 @@ from flameprof import storage
 from flameprof.analyze.merge import merge_profiles
 from flameprof.analyze.processes import analyze_processes, process_lines, processes_report
 from flameprof.collect.parts import PartWriter, part_files
-from flameprof.collect.tree import ProcessTree
+from flameprof.collect.process_tree import ProcessTree
 from flameprof.model import Frame, Mark, ProcessInfo, ProfileBuilder
 
 from conftest import assert_one_error_line, run_flameprof

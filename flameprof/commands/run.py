@@ -4,7 +4,7 @@ command (``flameprof run -- torchrun ...``) as a child process.
 The target keeps its own output, exit code and signals. The profile is written from an atexit
 handler registered before the target runs (so it runs last, after the target's own handlers and
 after non-daemon threads end), and directly before re-raising a fatal signal. Unless
-``--no-subprocesses``, every Python process the target starts is profiled too (collect/tree.py)
+``--no-subprocesses``, every Python process the target starts is profiled too (collect/process_tree.py)
 and merged into the one profile.
 """
 
@@ -86,7 +86,7 @@ def _write_profile(profile, outdir: str, options, args: argparse.Namespace) -> N
 def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     """``flameprof run -- command ...``: the command's Python processes profile themselves into parts."""
     from ..collect.command import exit_like, run_command
-    from ..collect.tree import ProcessTree, warn
+    from ..collect.process_tree import ProcessTree, warn
     from ..outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     main_pid = os.getpid()
     tree = None
     if args.subprocesses:
-        from ..collect.tree import ProcessTree
+        from ..collect.process_tree import ProcessTree
 
         tree = ProcessTree(outdir, args.rate)
         tree.profile_children_of_this_process()
