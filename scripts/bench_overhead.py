@@ -115,7 +115,7 @@ def timed_run(command: list[str], env: dict, tries: int = 3) -> tuple[float, dic
         lines = [line for line in proc.stdout.splitlines() if line.startswith("TIMED ")]
         if proc.returncode == 0 and lines:
             break
-        FAILURES.append(f"{' '.join(command[:6])} ... exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        FAILURES.append(f"{' '.join(command)} (env {env}) exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     else:
         raise RuntimeError(f"{' '.join(command)} failed {tries} times:\n{proc.stderr[-2000:]}")
     meta = {}
