@@ -272,6 +272,10 @@ def test_subprocesses_covers_the_children(tmp_path, backend):
         parent.wait()
 
 
+# Once in about a dozen runs on a machine at load 10+, the 3.12 target's SIGUSR1 handler did not run
+# after the attach (open bug: the injected pending call and 3.12's signal handling); rerun to tell
+# that rare case from a broken attach, which fails every time.
+@pytest.mark.flaky(reruns=2)
 @pytest.mark.parametrize("version", ["3.10.13", "3.12.1", "3.13.0"])
 def test_inject_into_other_python_versions(tmp_path, version):
     """These pyenv interpreters have no numpy: the agent must not need it."""
