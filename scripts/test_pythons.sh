@@ -37,10 +37,11 @@ for minor in $PYTHONS; do
   fi
   venv=.venvs/py$minor
   echo "== CPython $minor ($interp)"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import numpy, psutil, pytest, setuptools" 2>/dev/null; then
+  if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/py-spy" ] \
+     || ! "$venv/bin/python" -c "import numpy, psutil, pytest, setuptools" 2>/dev/null; then
     rm -rf "$venv"
     "$interp" -m venv "$venv"
-    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy psutil pytest \
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy psutil pytest py-spy \
          > "$venv/setup.log" 2>&1; then
       cat "$venv/setup.log" >&2
       rm -rf "$venv"

@@ -105,14 +105,14 @@ def functions(profile) -> set[str]:
     return {f.name for f in profile.frames}
 
 
-def channels() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "flameprof-attach-*")))
+def channels(tmpdir: str) -> set[str]:
+    return set(glob.glob(os.path.join(tmpdir, "flameprof-attach-*")))
 
 
-def attach_until_ctrl_c(pid: str, out) -> subprocess.CompletedProcess:
+def attach_until_ctrl_c(pid: str, out, env: dict | None = None) -> subprocess.CompletedProcess:
     """``flameprof attach PID`` without --duration, stopped with SIGINT half a second after it started."""
     proc = subprocess.Popen(flameprof_cmd("attach", pid, "-o", str(out)), stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO))
+                            env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
     first = proc.stderr.readline()
     assert "until Ctrl-C" in first
     time.sleep(0.5)
@@ -123,13 +123,14 @@ def attach_until_ctrl_c(pid: str, out) -> subprocess.CompletedProcess:
 
 def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_path):
     before = target.state(1)
-    channels_before = channels()
+    private_tmp = tempfile.mkdtemp(prefix="fpt-", dir="/tmp")  # short: the channel's socket path must fit
+    env = {"TMPDIR": private_tmp}  # only this test's channels land here, whatever else runs meanwhile
     for round_ in (1, 2):  # attaching twice in a row works; the second runs until Ctrl-C
         out = tmp_path / f"out{round_}"
         if round_ == 1:
-            proc = run_flameprof("attach", target.pid, "--duration", "0.5", "-o", str(out))
+            proc = run_flameprof("attach", target.pid, "--duration", "0.5", "-o", str(out), env=env)
         else:
-            proc = attach_until_ctrl_c(target.pid, out)
+            proc = attach_until_ctrl_c(target.pid, out, env)
         assert proc.returncode == 0, proc.stderr
         assert "using py-spy" not in proc.stderr
         for name in ("profile.flameprof", "profile.folded", "profile.svg"):
@@ -153,7 +154,8 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
     assert all(line.startswith(("ready", "tick", "state")) for line in target.lines())
     target.stderr.seek(0)
     assert target.stderr.read() == ""
-    assert channels() <= channels_before  # the private channel is removed
+    assert channels(private_tmp) == set()  # the private channel is removed
+    os.rmdir(private_tmp)
 
 
 TORCH_TARGET = r'''
