@@ -25,10 +25,9 @@ import numpy as np
 
 from .atomic import write_bytes
 from .errors import FlameprofError
+from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
 from .model import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 
-FORMAT = "flameprof"
-VERSION = 1
 _US = 1e6
 
 
@@ -47,10 +46,10 @@ def dumps(profile: Profile) -> bytes:
     meta = dict(profile.meta, format=FORMAT, version=VERSION)
     tables = {
         "meta.json": meta,
-        "frames.json": [[f.name, f.file, f.line, f.kind] for f in profile.frames],
-        "threads.json": [[t.pid, t.tid, t.name] for t in profile.threads],
-        "processes.json": [[p.pid, p.role, p.host, p.cmdline, p.ppid] for p in profile.processes],
-        "marks.json": [[m.time, m.thread, m.name, m.value] for m in profile.marks],
+        "frames.json": [frame_row(f) for f in profile.frames],
+        "threads.json": [thread_row(t) for t in profile.threads],
+        "processes.json": [process_row(p) for p in profile.processes],
+        "marks.json": [mark_row(m) for m in profile.marks],
         "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
     }
     columns = {
@@ -62,13 +61,8 @@ def dumps(profile: Profile) -> bytes:
         "sample_wall": _us(profile.sample_wall),
         "sample_cpu": _us(profile.sample_cpu),
     }
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, table in tables.items():
-            zf.writestr(name, json.dumps(table, separators=(",", ":")))
-        for name, column in columns.items():
-            zf.writestr(name + ".npy", _npy(column))
-    return buf.getvalue()
+    return pack({name: json_text(table) for name, table in tables.items()},
+                {name: _npy(column) for name, column in columns.items()})
 
 
 def save(profile: Profile, path: str | os.PathLike) -> None:

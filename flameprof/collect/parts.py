@@ -8,7 +8,6 @@ last flush are converted, so a flush costs little more than writing the file.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import zipfile
 from array import array
 
 from ..atomic import write_bytes
+from ..fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
 from ..records import ProcessInfo, ProfileBuilder
 
 PREFIX = "part-"
@@ -128,29 +128,23 @@ class PartWriter:
             n_threads = len(b.threads)
             n_stacks = min(len(b.stack_parent), len(b.stack_frame))
             n_frames = len(b.frames)
-            self._frames_json.extend(json.dumps([f.name, f.file, f.line, f.kind], separators=(",", ":"))
-                                     for f in b.frames[len(self._frames_json):n_frames])
+            self._frames_json.extend(json_text(frame_row(f)) for f in b.frames[len(self._frames_json):n_frames])
             self._stack_parent.extend(b.stack_parent[len(self._stack_parent):n_stacks])
             self._stack_frame.extend(b.stack_frame[len(self._stack_frame):n_stacks])
             tables = {
-                "meta.json": dict(meta, format="flameprof", version=1, final=final),
-                "threads.json": [[t.pid, t.tid, t.name] for t in b.threads[:n_threads]],
-                "processes.json": [[process.pid, process.role, process.host, process.cmdline, process.ppid]],
-                "marks.json": [[m.time, m.thread, m.name, m.value] for m in b.marks[self._first_mark:]
-                               if m.thread < n_threads],
+                "meta.json": dict(meta, format=FORMAT, version=VERSION, final=final),
+                "threads.json": [thread_row(t) for t in b.threads[:n_threads]],
+                "processes.json": [process_row(process)],
+                "marks.json": [mark_row(m) for m in b.marks[self._first_mark:] if m.thread < n_threads],
                 "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
             }
+            texts = {"frames.json": "[" + ",".join(self._frames_json) + "]"}
+            texts.update((name, json_text(table)) for name, table in tables.items())
             columns = {"stack_parent": self._stack_parent, "stack_frame": self._stack_frame}
             columns.update(zip(("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"),
                                self._columns))
-            buf = io.BytesIO()
-            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-                zf.writestr("frames.json", "[" + ",".join(self._frames_json) + "]")
-                for name, table in tables.items():
-                    zf.writestr(name, json.dumps(table, separators=(",", ":")))
-                for name, column in columns.items():
-                    zf.writestr(name + ".npy", _npy(column))
-            write_bytes(self.path, buf.getvalue())
+            data = pack(texts, {name: _npy(column) for name, column in columns.items()}, compress=False)
+            write_bytes(self.path, data)
             self.written = n
         finally:
             self.lock.release()

@@ -1,0 +1,45 @@
+"""The ``.flameprof`` layout shared by its two writers: ``storage`` (numpy, whole profiles) and
+``collect/parts`` (no numpy, inside profiled children). Rows and packing live here so both
+writers emit the same tables; see ``storage`` for the layout."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+from .records import Frame, Mark, ProcessInfo, ThreadInfo
+
+FORMAT = "flameprof"
+VERSION = 1
+
+
+def frame_row(f: Frame) -> list:
+    return [f.name, f.file, f.line, f.kind]
+
+
+def thread_row(t: ThreadInfo) -> list:
+    return [t.pid, t.tid, t.name]
+
+
+def process_row(p: ProcessInfo) -> list:
+    return [p.pid, p.role, p.host, p.cmdline, p.ppid]
+
+
+def mark_row(m: Mark) -> list:
+    return [m.time, m.thread, m.name, m.value]
+
+
+def json_text(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def pack(tables: dict[str, str], columns: dict[str, bytes], compress: bool = True) -> bytes:
+    """The zip: ``tables`` maps ``name.json`` to JSON text, ``columns`` maps a column name to ``.npy`` bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+        for name, text in tables.items():
+            zf.writestr(name, text)
+        for name, data in columns.items():
+            zf.writestr(name + ".npy", data)
+    return buf.getvalue()
