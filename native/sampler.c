@@ -356,14 +356,7 @@ hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
     PyObject *hook = PyDict_GetItemWithError(s->hooks, (PyObject *)code);  /* borrowed */
     if (hook != NULL) {
         Py_INCREF(hook);
-#if PY_VERSION_HEX < 0x030C0000
-        int gc_was_enabled = PyGC_Disable();  /* the hook may read frame.f_locals: see frame_self() */
-#endif
-        PyObject *extra = PyObject_CallOneArg(hook, frame);
-#if PY_VERSION_HEX < 0x030C0000
-        if (gc_was_enabled)
-            PyGC_Enable();
-#endif
+        PyObject *extra = PyObject_CallOneArg(hook, frame);  /* no collection: see take_sample() */
         Py_DECREF(hook);
         if (extra == NULL)
             PyErr_Clear();
@@ -678,12 +671,14 @@ take_sample(Sampler *s, unsigned long exclude)
             PyErr_Clear();
     }
     double start = monotonic();
-    /* The walk makes frame objects; an allocation may start a collection whose finalizers run
-     * Python code, which may switch threads and pop the very frames being walked. */
+    /* No garbage collection during a sample: the walk makes frame objects, and the callbacks run
+     * Python code; a collection started by either would run the program's finalizers inside the
+     * sample (in the clock thread, when it samples), which may switch threads and pop the frames
+     * being walked, and on 3.13 kept the clock thread in a collection that never ended while the
+     * program went on allocating. The count of allocations carries over: the program's next
+     * allocation starts the collection in its own thread. */
     int gc_was_enabled = PyGC_Disable();
     int failed = walk_threads(s, exclude) < 0;
-    if (gc_was_enabled)
-        PyGC_Enable();
     double now = monotonic();
     s->tick_count++;
     Py_ssize_t first_row = s->nrows;
@@ -699,6 +694,8 @@ take_sample(Sampler *s, unsigned long exclude)
             failed = 1;
     }
     release_scratch(s);
+    if (gc_was_enabled)
+        PyGC_Enable();
     /* forget threads that are gone, so a reused ident starts afresh */
     Py_ssize_t kept = 0;
     for (Py_ssize_t i = 0; i < s->nthreads; i++)
@@ -923,10 +920,13 @@ clock_main(void *unused)
             }
             if (slow && clk.on_slow != NULL) {
                 last_slow = now;
+                int gc_was_enabled = PyGC_Disable();  /* no finalizers of the program here */
                 PyObject *r = PyObject_CallNoArgs(clk.on_slow);
                 if (r == NULL)
                     PyErr_Clear();
                 Py_XDECREF(r);
+                if (gc_was_enabled)
+                    PyGC_Enable();
             }
             ts = PyEval_SaveThread();
         }
