@@ -37,6 +37,7 @@ _GO_METHOD = re.compile(rb"\.\(.*\)\.")
 _ARGS = re.compile(rb"\((?!anonymous namespace\)).*")
 _JIT_MAP = re.compile(rb"/tmp/perf-\d+\.map")
 _TIME = re.compile(rb"\s(\d+\.\d+):")
+_BRACKETED = re.compile(rb"\[.*?\]")                          # dropped from a srcline line
 _NOT_HEADER_START = frozenset(b" \t\r\n\f\v#")
 _CLOCK_EVENTS = (b"cpu-clock", b"task-clock")
 CHUNK = 8 << 20
@@ -55,6 +56,7 @@ class CollapseOptions:
     event_filter: bytes = b""   # keep this event only; default: the first event seen
     inline: bool = False        # un-inline with addr2line
     context: bool = False       # with inline: ":file:line" after each function
+    srcline: bool = False       # each frame line is followed by its source line (perf script -F+srcline)
 
 
 # One parsed frame line: its frames as (func, module, raw symbol), in the order of an inline chain.
@@ -107,6 +109,7 @@ class PerfScriptParser:
         self._period = 1
         self._header: bytes = b""
         self._parts: list[LineFrames] = []
+        self._awaiting: tuple[list, list[int]] | None = None   # srcline: frames, [lines read, lines due]
         self._lines_done = 0      # lines in input consumed before the current chunk
 
     # -- public ----------------------------------------------------------------------------
@@ -119,14 +122,17 @@ class PerfScriptParser:
             data = leftover + chunk if leftover else chunk
             blocks = data.split(b"\n\n")
             leftover = blocks.pop()
-            yield from self._blocks(blocks)
+            yield from self._blocks_by_line(blocks) if self.options.srcline else self._blocks(blocks)
             self._lines_done += data.count(b"\n") - leftover.count(b"\n")
         if leftover:
             # No blank line after it: the Perl script drops this last sample; an import keeps it.
             lines = leftover.split(b"\n")
             if lines[-1] == b"":
                 lines.pop()
-            yield from self._slow(lines, 0, flush=self.flush_at_end)
+            yield from self._slow(lines, 0, flush=False)
+        self._end_srcline()
+        if self.flush_at_end:
+            yield from self._slow([], 0, flush=True)
 
     def report(self) -> None:
         """Print the one warning line about skipped event types, if any."""
@@ -179,6 +185,15 @@ class PerfScriptParser:
             yield from self._slow(lines, offset, flush=True)
             offset += len(lines) + 1
 
+    def _blocks_by_line(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
+        """With ``srcline`` every line goes through the state machine: a frame line's source lines
+        are read blindly (blank lines and headers included), as the Perl script reads them."""
+        offset = 0
+        for block in blocks:
+            lines = block.split(b"\n")
+            yield from self._slow(lines, offset, flush=True)
+            offset += len(lines) + 1
+
     def _line_piece(self, line: bytes, java: bool) -> object:
         """The cached piece of one line: a piece, None (no frame), _BAD, _SKIP (comment) or _IMPURE.
         Lines of the usual shape share pieces per symbol and module (they differ in address only)."""
@@ -189,7 +204,7 @@ class PerfScriptParser:
         else:
             m = None if self._inliner else _USUAL_FRAME.fullmatch(line)
             if m is None:
-                parsed = self._frame_line(line, java)
+                parsed, _reads = self._frame_line(line, java)
                 piece = _BAD if parsed == () else None if parsed is None else self.part(parsed)
             else:
                 pc, sym, mod = m.groups()
@@ -230,6 +245,9 @@ class PerfScriptParser:
         if flush:
             lines = lines + [b""]
         for i, line in enumerate(lines):
+            if self._awaiting is not None:
+                self._srcline(line)
+                continue
             if line[:1] == b"#":
                 continue
             if not line:
@@ -250,9 +268,30 @@ class PerfScriptParser:
                 continue
             if self._pname is None:
                 continue
-            parsed = self._frame_line(line, self._pname[:4] == b"java")
-            if parsed:
+            parsed, reads = self._frame_line(line, self._pname[:4] == b"java")
+            if parsed and self.options.srcline and reads:
+                self._awaiting = (list(parsed), [0, reads])
+            elif parsed:
                 self._parts.append(parsed)
+
+    def _srcline(self, line: bytes) -> None:
+        """The next source line of the awaiting frame line: ``func:file:line`` (bracketed parts such as
+        ``[kernel.kallsyms][addr]`` removed, nothing added when that leaves nothing)."""
+        assert self._awaiting is not None
+        frames, progress = self._awaiting
+        src = _BRACKETED.sub(b"", line).strip()
+        if src:
+            func, mod, raw = frames[progress[0]]
+            frames[progress[0]] = (func + b":" + src, mod, raw)
+        progress[0] += 1
+        if progress[0] == progress[1]:
+            self._end_srcline()
+
+    def _end_srcline(self) -> None:
+        """The awaiting frame line joins the stack (at the end of input, without the missing lines)."""
+        if self._awaiting is not None:
+            self._parts.append(tuple(self._awaiting[0]))
+            self._awaiting = None
 
     def _bad(self, line_in_chunk: int, count: int) -> None:
         number = self._lines_done + line_in_chunk
@@ -290,22 +329,28 @@ class PerfScriptParser:
         self._header = line
         return self._pname
 
-    def _frame_line(self, line: bytes, java: bool) -> LineFrames | None:
-        """One stack line -> its frames (an inline chain ``a->b`` gives several); None: no frame,
-        (): not a stack line."""
+    def _frame_line(self, line: bytes, java: bool) -> tuple[LineFrames | None, int]:
+        """One stack line -> its frames (an inline chain ``a->b`` gives several; None: no frame,
+        (): not a stack line) and how many source lines follow it with ``srcline``: one per frame
+        up to the first fully unknown one (``[unknown]`` in ``[unknown]``), none for an addr2line chain."""
         m = _FRAME.match(line)
         if m is None:
-            return ()
+            return (), 0
         pc, rawfunc, mod = m.groups()
         if self._inliner:
             chain = self._inliner.chain(pc, rawfunc, mod)
             if chain is not None:
-                return ((chain, mod, rawfunc),)
+                return ((chain, mod, rawfunc),), 0
         if b"+0x" in rawfunc:
             rawfunc = _OFFSET.sub(b"", rawfunc, count=1)
         if rawfunc[:1] == b"(":
-            return None
-        return self._frames(pc, rawfunc, mod, java)
+            return None, 0
+        frames = self._frames(pc, rawfunc, mod, java)
+        if frames is None:
+            return None, 0
+        if mod == b"[unknown]":
+            return frames, next((i for i, f in enumerate(frames) if f[2] == b"[unknown]"), len(frames))
+        return frames, len(frames)
 
     def _frames(self, pc: bytes, rawfunc: bytes, mod: bytes, java: bool) -> LineFrames | None:
         """The frames of a symbol whose offset is already stripped."""
@@ -392,9 +437,12 @@ def perf_frame(func: bytes, mod: bytes, raw: bytes) -> Frame:
     return Frame(_decode(func), file, 0, "native")
 
 
-def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False) -> Profile:
+def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False,
+                     srcline: bool = False) -> Profile:
     """Import perf script output: one sample per kept event, on a thread per (pid, tid), weighted by the
-    sample period (seconds for cpu-clock/task-clock, event counts otherwise, 1 when perf printed none)."""
+    sample period (seconds for cpu-clock/task-clock, event counts otherwise, 1 when perf printed none).
+    With ``srcline`` (``perf script -F+srcline``) native frames are named ``func:file:line`` as
+    ``stackcollapse-perf.pl --srcline`` names them."""
     builder = ProfileBuilder({"source": source, "collector": "perf"})
     frame_ids: dict[tuple[bytes, bytes, bytes], int] = {}
 
@@ -407,7 +455,7 @@ def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: b
             ids.append(fid)
         return tuple(ids)
 
-    parser = PerfScriptParser(piece, lambda parent, ids: builder.stack_id(ids, parent), -1, CollapseOptions(),
+    parser = PerfScriptParser(piece, lambda parent, ids: builder.stack_id(ids, parent), -1, CollapseOptions(srcline=srcline),
                               strict, source, flush_at_end=True)
     threads: dict[bytes, int] = {}
     samples: list[tuple[float, int, int, int]] = []

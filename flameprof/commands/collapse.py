@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     perf.add_argument("--addrs", action="store_true", help="show raw addresses where a symbol is unknown")
     perf.add_argument("--inline", action="store_true", help="un-inline with addr2line (slow: one call per address)")
     perf.add_argument("--context", action="store_true", help="with --inline: add file:line to each function")
+    perf.add_argument("--srcline", action="store_true",
+                      help="input has a source line after each frame line (perf script -F+srcline): "
+                           "frames become func:file:line")
     perf.add_argument("--event-filter", default="", metavar="EVENT",
                       help="keep only this event, as perf prints it (e.g. cpu-clock:ppp); default: the first seen")
     perf.add_argument("--strict", action="store_true", help="stop at the first unrecognized line")
@@ -40,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     options = CollapseOptions(pid=args.pid, tid=args.tid, kernel=args.kernel or args.all, jit=args.jit or args.all,
                               addrs=args.addrs, event_filter=os.fsencode(args.event_filter), inline=args.inline,
-                              context=args.context)
+                              context=args.context, srcline=args.srcline)
     source = "<stdin>" if args.input == "-" else args.input
     try:
         stream = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
