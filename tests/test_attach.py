@@ -54,11 +54,11 @@ print("done", flush=True)
 
 
 class Target:
-    """A Python process running TARGET whose output lines are collected."""
+    """A Python process running TARGET (or ``source``) whose output lines are collected."""
 
-    def __init__(self, tmp_path, seconds: float = 60.0, python: str = sys.executable) -> None:
+    def __init__(self, tmp_path, seconds: float = 60.0, python: str = sys.executable, source: str = TARGET) -> None:
         script = tmp_path / "target.py"
-        script.write_text(TARGET)
+        script.write_text(source)
         self.stdout = open(tmp_path / "target.out", "w+")
         self.stderr = open(tmp_path / "target.err", "w+")
         self.proc = subprocess.Popen([python, str(script), str(seconds)], stdout=self.stdout, stderr=self.stderr,

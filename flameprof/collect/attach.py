@@ -39,8 +39,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
-from .attach_agent import FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME
-from .parts import part_files
+from .attach_agent import DETACH_THREAD, FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME, mark_detached
+from .parts import SUFFIX, part_files, wait_for_parts
 from .target_process import TargetProcess, alive, explain_ptrace_failure, sees_paths
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ GDB_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
 START_TIMEOUT = 60.0     # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
+FOLLOWED_GRACE = 3.0     # seconds for followed children to write their final part after the detach
 BOOTSTRAP_ERROR = "bootstrap-error"
 
 # Runs inside gdb's Python. It and the payload come from gdb's environment, never from its command
@@ -309,9 +310,10 @@ class _Remote:
 
 def record(target: TargetProcess, duration: float | None, rate: float,
            note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = (),
-           backward_layers: bool = False) -> "Profile":
+           backward_layers: bool = False, follow_forks: bool = False) -> "Profile":
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
-    injected agent; several processes come back as one merged profile.
+    injected agent; several processes come back as one merged profile. With ``follow_forks`` the
+    children that the profiled processes fork meanwhile are profiled too.
 
     Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
     instead), FlameprofError for everything else; a child that cannot be profiled is left out.
@@ -334,11 +336,11 @@ def record(target: TargetProcess, duration: float | None, rate: float,
         with ThreadPoolExecutor(max_workers=4) as pool:  # a gdb run is mostly waiting on the process
             failures = pool.map(lambda child: _try_gdb(gdb, child, payload), children)
         for child, failure in zip(children, failures):
-            if failure:
-                note(f"leaving out child process {child.pid}: {failure}")
-            else:
+            if not failure:
                 injected.append(child)
-        config = {"rate": rate, "backward_layers": backward_layers}
+            elif alive(child.pid):  # one that ended meanwhile is simply not there
+                note(f"leaving out child process {child.pid}: {failure}")
+        config = {"rate": rate, "backward_layers": backward_layers, "follow_forks": follow_forks}
         remotes = _start(channel, injected, config)
         try:
             others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
@@ -350,6 +352,8 @@ def record(target: TargetProcess, duration: float | None, rate: float,
                 if child.pid not in channel.accepted:
                     note(f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}")
             profiles = [p for p in (_collect(channel, r, note) for r in remotes) if p is not None]
+            if follow_forks:
+                profiles += _collect_followed(channel, {r.target.pid for r in remotes}, note)
         finally:
             for remote in remotes:
                 remote.conn.close()
@@ -473,6 +477,35 @@ def _collect(channel: Channel, remote: _Remote, note: Callable[[str], None]) -> 
             return profile
     remote.fail(message, note)
     return None
+
+
+def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list["Profile"]:
+    """The profiles of the children forked during the attach: each wrote its own part (see
+    ``attach_agent``); a child still profiling after the grace keeps what it had written."""
+    from .. import storage
+
+    mark_detached(channel.path)  # the agent did, unless its process ended abruptly
+    partial = set(wait_for_parts(channel.path, FOLLOWED_GRACE))
+    profiles = []
+    for path in part_files(channel.path):
+        pid = os.path.basename(path)[:-len(SUFFIX)].rpartition("-")[2]
+        if not pid.isdigit() or int(pid) in injected:
+            continue
+        data = channel.read_private(os.path.basename(path), 1 << 31)
+        try:
+            profile = storage.loads(data or b"", f"profile from child process {pid}")
+        except FlameprofError as exc:
+            note(f"leaving out child process {pid}: {exc}")
+            continue
+        if path in partial:
+            note(f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written")
+        detach = [t.tid for t in profile.threads if t.pid == int(pid) and t.name == DETACH_THREAD]
+        if detach:  # sampled once, as stopping the child's sampler takes a last sample
+            profile = _without_thread(profile, int(pid), detach[0])
+        if profile.num_samples:
+            profile.meta.update(collector="attach", backend="inject")
+            profiles.append(profile)
+    return profiles
 
 
 def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profile":

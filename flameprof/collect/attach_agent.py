@@ -10,6 +10,13 @@ few seconds, so a killed target still leaves most of them, and a last time when 
 the connection closes or the interpreter exits. Then it releases the session: no thread, hook or
 handler of flameprof is left in the target, only its imported (inert) modules.
 
+With ``--subprocesses`` the agent also follows the children the target forks during the attach
+(DataLoader workers re-created every epoch) with ``flameprof run``'s own machinery
+(``children.enable_tree``): a forked child restarts the sampler and writes its own part into the
+channel. At detach the target stops following (``children.disable_tree``) and marks the channel
+``detached``; each child still sampling sees the mark from its sampler's tick, writes its final
+part and releases its session on a short-lived thread, and runs on unprofiled.
+
 Nothing here may raise into the target or write to its stdout/stderr.
 """
 
@@ -20,11 +27,23 @@ import json
 import os
 import socket
 import threading
+import time
 
 SOCKET_NAME = "control.sock"
+DETACHED = "detached"  # created in the channel at the end: followed children stop profiling
+DETACH_THREAD = "flameprof-detach"  # the thread that ends profiling in a followed child
 CONNECT_TIMEOUT = 5.0
 FLUSH_INTERVAL = 2.0   # seconds between part writes while profiling
 MAX_LINE = 65536
+CHECK_INTERVAL = 0.1   # seconds between a followed child's looks for the end of the attach
+
+
+def mark_detached(channel: str) -> None:
+    """Tell the followed children that the attach is over (both the agent and the CLI do)."""
+    try:
+        os.close(os.open(os.path.join(channel, DETACHED), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError:  # there already, or the channel is gone: either way the children stop
+        pass
 
 
 def serve(channel: str) -> None:
@@ -62,6 +81,7 @@ class _Agent:
         self.finished = False
         self.main = True
         self.t_start = 0.0
+        self.follower: _ForkFollower | None = None
 
     def send(self, **event: object) -> None:
         try:
@@ -89,7 +109,8 @@ class _Agent:
         config = json.loads(self.read_line() or b"{}")
         self.main = bool(config.get("main", True))
         try:
-            self.start(float(config.get("rate", 100.0)), bool(config.get("backward_layers", False)))
+            self.start(float(config.get("rate", 100.0)), bool(config.get("backward_layers", False)),
+                       bool(config.get("follow_forks", False)))
         except Exception as exc:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
             return
@@ -106,7 +127,7 @@ class _Agent:
             self.finish("stop")
             atexit.unregister(self.finish)
 
-    def start(self, rate: float, backward_layers: bool) -> None:
+    def start(self, rate: float, backward_layers: bool, follow_forks: bool) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
         from ..profiler import SESSION
         from .parts import PartWriter
@@ -116,6 +137,8 @@ class _Agent:
         try:
             self.t_start = SESSION.now()
             self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
+            if follow_forks:
+                self.follower = _ForkFollower.start(self.channel, rate)
         except BaseException:
             SESSION.release()
             raise
@@ -145,6 +168,8 @@ class _Agent:
             if self.finished or self.writer is None:
                 return
             self.finished = True
+            if self.follower is not None:
+                self.follower.stop()
             try:
                 SESSION.release()
                 self.flush(final=True)
@@ -153,6 +178,76 @@ class _Agent:
                 self.send(event="error",
                           message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
             self.writer = None
-            with SESSION.lock:
-                if SESSION.users == 0:  # nobody else profiles: drop the samples (a long attach holds many MB)
-                    SESSION.builder = SESSION.sampler = SESSION.counters = None
+            _drop_samples()
+
+
+def _drop_samples() -> None:
+    """When nobody else profiles this process, free the session's samples (a long attach holds many MB)."""
+    from ..profiler import SESSION
+
+    with SESSION.lock:
+        if SESSION.users == 0:
+            SESSION.builder = SESSION.sampler = SESSION.counters = None
+
+
+class _ForkFollower:
+    """Profiles the children the target forks during the attach, into the channel.
+
+    Its tick hook rides along into every forked child (the sampler and its hooks survive a fork);
+    in the target it does nothing, in a child it watches for the end of the attach.
+    """
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.detached = os.path.join(channel, DETACHED)
+        self.pid = os.getpid()
+        self.next_check = 0.0
+        self.ending = False
+
+    @classmethod
+    def start(cls, channel: str, rate: float) -> "_ForkFollower | None":
+        """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
+        from ..profiler import SESSION
+        from . import children
+
+        if children.following_forks():
+            return None
+        follower = cls(channel)
+        children.enable_tree(channel, rate)
+        SESSION.sampler.tick_hooks.append(follower.tick)
+        return follower
+
+    def stop(self) -> None:
+        """In the target at detach: no more children are followed, and those running stop."""
+        from ..profiler import SESSION
+        from . import children
+
+        children.disable_tree()
+        hooks = SESSION.sampler.tick_hooks if SESSION.sampler is not None else []
+        if self.tick in hooks:
+            hooks.remove(self.tick)
+        mark_detached(self.channel)
+
+    def tick(self) -> None:
+        """On the sampler's thread of every process that has it; acts only in a followed child."""
+        if self.ending or os.getpid() == self.pid:
+            return
+        now = time.monotonic()
+        if now < self.next_check:
+            return
+        self.next_check = now + CHECK_INTERVAL
+        if os.path.exists(self.detached) or not os.path.isdir(self.channel):
+            self.ending = True  # stopping the sampler waits for this thread: another thread does it
+            threading.Thread(target=self.end_child, name=DETACH_THREAD, daemon=True).start()
+
+    def end_child(self) -> None:
+        """In a followed child: write the final part, stop sampling, release everything."""
+        from ..profiler import SESSION
+        from . import children
+
+        try:
+            children.disable_tree()
+            SESSION.release()
+            _drop_samples()
+        except Exception:
+            pass

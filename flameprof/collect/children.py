@@ -59,6 +59,25 @@ def enable_tree(directory: str, rate: float) -> None:
     _install_exit_hooks()
 
 
+def disable_tree() -> None:
+    """Undo ``enable_tree`` (``flameprof attach`` at detach): write this process's final part if it
+    writes one, follow no more forks (the fork handler stays registered, doing nothing) and give
+    ``os._exit`` and ``atexit`` back."""
+    _finish_recorder()
+    _TREE.recorder = None
+    _TREE.directory = None
+    if _TREE.exit_hooks:
+        _TREE.exit_hooks = False
+        atexit.unregister(_finish_recorder)
+        if os._exit is _exit_after_flush:
+            os._exit = _real_exit
+
+
+def following_forks() -> bool:
+    """Whether this process's forked children are profiled now."""
+    return _TREE.directory is not None
+
+
 def _take_locks_before_sampling() -> None:
     """Do here, once, what would otherwise take a module lock on the sampler's thread later: import
     psutil (the process counters) and set up tempfile's names (the atomic part writes).

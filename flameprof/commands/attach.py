@@ -63,7 +63,8 @@ def attach(args: argparse.Namespace) -> int:
 
         children = target_process.python_descendants(target.pid, _note) if args.subprocesses else []
         try:
-            profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers)
+            profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers,
+                                   follow_forks=args.subprocesses)
         except inject.InjectUnavailable as exc:
             if find_pyspy() is None:
                 raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "

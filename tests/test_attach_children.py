@@ -1,0 +1,175 @@
+"""flameprof attach --subprocesses follows the children a live target forks during the attach."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+
+from conftest import REPO, flameprof_cmd
+from flameprof import storage
+from test_attach import Target
+
+RATE = 100.0
+DURATION = 2.0
+
+# Forks a child running child_spin (0.2 s of CPU) about every 0.3 s; each child reports how many
+# threads it has (the sampler's clock is one) and when it started. SIGUSR1 prints what the attach
+# must leave as it was; SIGUSR2 ends the loop.
+FORKING = r'''
+import multiprocessing as mp, os, signal, sys, threading, time
+
+def child_spin(n):
+    end = time.time() + 0.2
+    total = 0
+    while time.time() < end:
+        for i in range(20000):
+            total += i * i
+    print("child", n, os.getpid(), len(os.listdir("/proc/self/task")), flush=True)
+
+def state(*_):
+    names = sorted(t.name for t in threading.enumerate())
+    env = sorted(k for k in os.environ if "FLAMEPROF" in k) + [os.environ.get("PYTHONPATH", "")]
+    print("state", names, os._exit.__module__, signal.getsignal(signal.SIGTERM), env, flush=True)
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGUSR1, state)
+    stop = []
+    signal.signal(signal.SIGUSR2, lambda *_: stop.append(1))
+    ctx = mp.get_context("fork")
+    print("ready", flush=True)
+    n = 0
+    while not stop:
+        p = ctx.Process(target=child_spin, args=(n,))
+        p.start()
+        print("started", n, p.pid, time.time(), flush=True)
+        p.join()
+        print("joined", n, p.exitcode, flush=True)
+        n += 1
+        time.sleep(0.1)
+    print("done", flush=True)
+'''
+
+# A training-like loop whose DataLoader workers are re-created every epoch.
+DATALOADER = r'''
+import os, sys, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        return slow_item(i)
+
+def slow_item(i):
+    end = time.time() + 0.03
+    total = 0
+    while time.time() < end:
+        total += sum(range(2000))
+    return torch.tensor([i])
+
+loader = DataLoader(Slow(), batch_size=2, num_workers=2, persistent_workers=False)
+print("ready", flush=True)
+epoch = 0
+while True:
+    it = iter(loader)
+    print("epoch", epoch, time.time(), *[w.pid for w in it._workers], flush=True)
+    print("sum", epoch, int(sum(batch.sum() for batch in it)), flush=True)
+    epoch += 1
+'''
+
+
+def attach(pid: int, out) -> tuple[float, float]:
+    """Attach with --subprocesses; (time profiling began, time the CLI ended)."""
+    proc = subprocess.Popen(flameprof_cmd("attach", str(pid), "--subprocesses", "--duration", str(DURATION),
+                                          "--rate", str(RATE), "-q", "-o", str(out)),
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    lines = []
+    began = None
+    for line in proc.stderr:
+        lines.append(line)
+        if "profiling process" in line:
+            began = time.time()
+    assert proc.wait(timeout=60) == 0, "".join(lines)
+    assert began is not None, "".join(lines)
+    print("".join(lines))
+    return began, time.time()
+
+
+def seconds_in(profile, function: str) -> dict[int, float]:
+    """Sampled wall seconds per pid of the samples that are inside ``function``."""
+    frames = profile.all_stack_frames()
+    wanted = {i for i, f in enumerate(profile.frames) if f.name == function}
+    out: dict[int, float] = defaultdict(float)
+    for thread, stack, wall in zip(profile.sample_thread.tolist(), profile.sample_stack.tolist(),
+                                   profile.sample_wall.tolist()):
+        if stack >= 0 and wanted.intersection(frames[stack]):
+            out[profile.threads[thread].pid] += wall
+    return out
+
+
+def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
+    target = Target(tmp_path, source=FORKING)
+    try:
+        before = target.state(1)
+        began, ended = attach(target.proc.pid, tmp_path / "out")
+        after = target.state(2)
+        target.wait_for("child", len(target.wait_for("started")) + 3)  # children forked after the detach
+        target.proc.send_signal(signal.SIGUSR2)
+        assert target.proc.wait(timeout=30) == 0
+        lines = target.lines()
+    finally:
+        target.close()
+    assert after == before  # threads, os._exit, SIGTERM handler and environment as they were
+    assert lines[-1] == "done"
+    started = {int(w[1]): (int(w[2]), float(w[3])) for w in (line.split() for line in lines) if w[0] == "started"}
+    joined = [line for line in lines if line.startswith("joined")]
+    assert joined == [f"joined {n} 0" for n in range(len(joined))]  # every child ran and ended well
+    tasks = {int(w[1]): int(w[3]) for w in (line.split() for line in lines) if w[0] == "child"}
+
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    spin = seconds_in(profile, "child_spin")
+    during = [n for n, (_, t) in started.items() if began < t < began + DURATION - 0.3]
+    assert len(during) >= 3, (began, started)
+    for n in during:  # forked during the attach: profiled, in their own process, with their own role
+        pid = started[n][0]
+        assert spin.get(pid, 0) > 0.05, (n, pid, dict(spin))
+        assert tasks[n] == 2  # the main thread and the sampler's
+    roles = {p.pid: p.role for p in profile.processes}
+    assert all(roles[started[n][0]].startswith("ForkProcess-") for n in during)
+    assert roles[target.proc.pid] == "main"
+    # about 0.2 s of child_spin per child that ran wholly in the window; most of it is captured
+    whole = [n for n in during if started[n][1] + 0.3 < began + DURATION]
+    captured = sum(spin.get(started[n][0], 0) for n in whole) / (0.2 * len(whole))
+    assert captured > 0.6, captured
+    for n, (pid, t) in started.items():
+        if t > ended:  # forked after the detach: not profiled, no sampler thread
+            assert tasks[n] == 1, n
+            assert pid not in roles
+    assert "flameprof-detach" not in {t.name for t in profile.threads}
+
+
+def test_dataloader_workers_of_each_epoch_are_followed(tmp_path):
+    target = Target(tmp_path, source=DATALOADER)
+    try:
+        began, ended = attach(target.proc.pid, tmp_path / "out")
+        epochs_after = len(target.wait_for("sum"))
+        target.wait_for("sum", epochs_after + 2)  # the loop goes on after the detach
+        lines = target.lines()
+    finally:
+        target.close()
+    assert not [line for line in lines if not line.startswith(("ready", "epoch", "sum"))]
+    sums = [line.split() for line in lines if line.startswith("sum")]
+    assert all(int(total) == 28 for _, _, total in sums)  # every epoch saw every item once
+    epochs = [line.split() for line in lines if line.startswith("epoch")]
+    during = [(int(w[1]), [int(p) for p in w[3:]]) for w in epochs if began < float(w[2]) < began + DURATION - 0.5]
+    assert len(during) >= 2, (began, ended, epochs[-3:])
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    roles = {p.pid: p.role for p in profile.processes}
+    spin = seconds_in(profile, "slow_item")
+    for epoch, workers in during:
+        assert [roles.get(pid) for pid in workers] == ["dataloader worker 0", "dataloader worker 1"], epoch
+        assert all(spin.get(pid, 0) > 0 for pid in workers), (epoch, workers, dict(spin))
