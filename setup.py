@@ -1,7 +1,8 @@
-"""Builds the optional C sampler ``flameprof._native``; metadata lives in pyproject.toml.
+"""Builds the optional C extensions: the sampler ``flameprof._native`` and the folded-text reader
+``flameprof._folded``; metadata lives in pyproject.toml.
 
 ``optional=True``: when the compiler or headers are missing the install still succeeds and
-flameprof falls back to its pure-Python sampler (with a one-time warning).
+flameprof falls back to its pure-Python sampler (with a one-time warning) and folded reader.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["native/sampler.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "flameprof._folded",
+            sources=["native/folded.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+            optional=True,
+        ),
     ]
 )

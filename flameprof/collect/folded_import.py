@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import sys
@@ -58,12 +59,16 @@ class FoldedLines:
                     raise ValueError
             except ValueError:
                 if self.strict:
-                    raise FlameprofError(f"{self.source}:{number}: malformed folded line (expected "
-                                         f"'frame;frame;... count'): {line[:80]!r}") from None
+                    raise malformed_line(self.source, number, line) from None
                 self.skipped += 1
                 self.first_bad = self.first_bad or number
                 continue
             yield stack, weight
+
+
+def malformed_line(source: str, number: int, line: str) -> FlameprofError:
+    """The error for a folded line that is not ``frame;frame;... count``."""
+    return FlameprofError(f"{source}:{number}: malformed folded line (expected 'frame;frame;... count'): {line[:80]!r}")
 
 
 def note_skipped(meta: dict | None, source: str, skipped: int, first: str, what: str = "malformed line") -> None:
@@ -92,12 +97,10 @@ def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = Tr
     """Build a Profile with one sample per line, weighted by its count (which may be fractional).
 
     ``strict`` raises FlameprofError at the first malformed line (with its number); otherwise such
-    lines are skipped and counted in ``meta['skipped_lines']``. Built for million-line files: each
-    line becomes frame ids at C speed and the stacks are interned with numpy, a depth level at a time.
+    lines are skipped and counted in ``meta['skipped_lines']``. Stacks are numbered in order of first
+    appearance, as the C reader (``read_folded_bytes``) numbers them.
     """
     import numpy as np
-
-    from ..model import Profile, ThreadInfo
 
     frames = _FrameIds()
     frame_id = frames.__getitem__
@@ -109,12 +112,45 @@ def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = Tr
         lengths.append(len(parts))
         weights.append(weight)
     parent, frame, leaf = _intern_stacks(np.frombuffer(ids, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64))
+    return _profile(frames.frames, parent, frame, leaf, np.frombuffer(weights, dtype=np.float64).copy(),
+                    source, unit, reader.skipped, reader.first_bad)
+
+
+def read_folded_bytes(data: bytes, source: str = "<stdin>", strict: bool = True, unit: str = "count") -> Profile:
+    """``read_folded`` of undecoded UTF-8 text (invalid bytes read as U+FFFD), by the C reader
+    ``flameprof._folded`` when it is built (same Profile, several times faster), else line by line."""
+    try:
+        from .._folded import FoldedParser
+    except ImportError:
+        # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
+        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
+        return read_folded(text, source, strict, unit)
+    import numpy as np
+
+    frames = _FrameIds()
+    parser = FoldedParser(frames.__getitem__, strict)
+    parser.feed(data)
+    parent, frame, leaf, weights, skipped, first_bad, bad = parser.finish()
+    if bad is not None:
+        number, line = bad
+        raise malformed_line(source, number, line.decode("utf-8", "replace"))
+    return _profile(frames.frames, np.frombuffer(parent, dtype=np.int32), np.frombuffer(frame, dtype=np.int32),
+                    np.frombuffer(leaf, dtype=np.int32), np.frombuffer(weights, dtype=np.float64), source, unit,
+                    skipped, first_bad)
+
+
+def _profile(frames: list[Frame], parent, frame, leaf, weights, source: str, unit: str, skipped: int,
+             first_bad: int | None) -> Profile:
+    """The Profile of folded lines: one thread, one sample per line (its time unknown, so 0)."""
+    import numpy as np
+
+    from ..model import Profile, ThreadInfo
+
     meta = {"source": source, "weight_unit": unit, "collector": "folded"}
-    note_skipped(meta, source, reader.skipped, f"line {reader.first_bad}")
-    wall = np.frombuffer(weights, dtype=np.float64).copy()
-    return Profile(frames=frames.frames, stack_parent=parent, stack_frame=frame, threads=[ThreadInfo(0, 0, "")],
-                   sample_time=np.zeros(len(wall)), sample_thread=np.zeros(len(wall), dtype=np.int32),
-                   sample_stack=leaf, sample_wall=wall, sample_cpu=wall.copy(), meta=meta)
+    note_skipped(meta, source, skipped, f"line {first_bad}")
+    return Profile(frames=frames, stack_parent=parent, stack_frame=frame, threads=[ThreadInfo(0, 0, "")],
+                   sample_time=np.zeros(len(weights)), sample_thread=np.zeros(len(weights), dtype=np.int32),
+                   sample_stack=leaf, sample_wall=weights, sample_cpu=weights.copy(), meta=meta)
 
 
 class _FrameIds(dict):
@@ -136,38 +172,34 @@ class _FrameIds(dict):
 
 def _intern_stacks(ids, lengths):
     """Intern stacks given as frame ids (``lengths[i]`` ids for line ``i``, root first, concatenated) into
-    a parent-pointer table: one ``np.unique`` of (parent, frame) keys per depth level, so parents come
-    first. Returns stack_parent, stack_frame and each line's stack."""
+    a parent-pointer table numbered in order of first appearance (by line, then depth): one ``np.unique``
+    of (parent, frame) keys per depth level, then one renumbering. Returns stack_parent, stack_frame and
+    each line's stack."""
     import numpy as np
 
     n = len(lengths)
-    order = np.argsort(-lengths, kind="stable")                  # longest first: level k is a prefix
-    starts = (np.cumsum(lengths) - lengths)[order]
-    longest_first = lengths[order]
-    depth = int(longest_first[0]) if n else 0
-    active = np.searchsorted(-longest_first, -np.arange(1, depth + 1), side="right")
+    starts = np.cumsum(lengths) - lengths
     span = int(ids.max()) + 1 if len(ids) else 1
     node = np.full(n, -1, dtype=np.int64)
-    parents, frames = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    parents, frames, first_lines, depths = [], [], [], []
     count = 0
-    for k, m in enumerate(active.tolist()):
-        keys, inverse = np.unique((node[:m] + 1) * span + ids[starts[:m] + k], return_inverse=True)
+    for k in range(int(lengths.max()) if n else 0):
+        lines = np.flatnonzero(lengths > k)                           # ascending: first index = first line
+        keys, first, inverse = np.unique((node[lines] + 1) * span + ids[starts[lines] + k],
+                                         return_index=True, return_inverse=True)
         parents.append(keys // span - 1)
         frames.append(keys % span)
-        node[:m] = count + inverse.reshape(-1)
+        first_lines.append(lines[first])
+        depths.append(np.full(len(keys), k))
+        node[lines] = count + inverse.reshape(-1)
         count += len(keys)
-    leaf = np.empty(n, dtype=np.int64)
-    leaf[order] = node
-    return np.concatenate(parents), np.concatenate(frames), leaf
-
-
-def load_folded(path: str, strict: bool = True) -> Profile:
-    """Read a folded file (``-`` for stdin)."""
-    if path == "-":
-        return read_folded(sys.stdin, "<stdin>", strict)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return read_folded(fh, path, strict)
-    except OSError as exc:
-        raise FlameprofError(f"cannot read {path}: {exc.strerror or exc}") from None
-
+    if not count:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.full(n, -1, dtype=np.int64)
+    new_id = np.empty(count + 1, dtype=np.int64)                      # slot -1 maps the roots' parent
+    new_id[np.lexsort((np.concatenate(depths), np.concatenate(first_lines)))] = np.arange(count)
+    new_id[-1] = -1
+    parent, frame = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+    parent[new_id[:-1]] = new_id[np.concatenate(parents)]
+    frame[new_id[:-1]] = np.concatenate(frames)
+    return parent, frame, new_id[node]

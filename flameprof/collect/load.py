@@ -10,7 +10,7 @@ from ..errors import FlameprofError
 from ..model import Profile
 from .. import storage
 from .detect import FORMATS, HEAD, detect_format
-from .folded_import import read_folded
+from .folded_import import read_folded_bytes
 
 
 def read_bytes(path: str) -> bytes:
@@ -44,13 +44,13 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
             raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
         if b"\x00" in data[:4096]:
             raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
-        # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
-        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
         if fmt == "pyspy":
             from .pyspy_import import read_pyspy_raw
+            # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
+            text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
             profile = read_pyspy_raw(text, source, strict)
         else:
-            profile = read_folded(text, source, strict)
+            profile = read_folded_bytes(data, source, strict)
     if not profile.num_samples:
         raise FlameprofError(f"{source}: no stacks found (read as {fmt})")
     return profile

@@ -1,0 +1,128 @@
+"""Reading folded text: the C reader (flameprof._folded) and the pure-Python fallback give the same Profile."""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+
+import numpy as np
+import pytest
+
+from flameprof._folded import FoldedParser   # built with the package: a missing build fails here
+from flameprof.collect import folded_import
+from flameprof.collect.folded_import import read_folded, read_folded_bytes
+from flameprof.errors import FlameprofError
+from flameprof.records import Frame
+from flameprof.render.svg import render_svg
+
+sys.path.insert(0, "scripts")
+from bench_render import generate  # noqa: E402
+
+# Every kind of line the reader must agree on: comments, blank and whitespace-only lines (ASCII and Unicode),
+# CRLF endings, empty frames, non-ASCII and invalid UTF-8 labels (two invalid bytes read as the same U+FFFD),
+# labels naming the same Frame, counts Python's float() reads in unusual spellings, and malformed lines.
+EDGE_LINES = [
+    b"# a comment", b"", b"   ", b"\t\x0b\x1c", "\u00a0\u2003".encode(), b"main;work (app.py:3) 5",
+    b"main;work (app.py:3);dot (numpy/core/x.py:7) 2\r", b"main;;work 1", b"main;caf\xc3\xa9 (caf\xc3\xa9.py:1) 3",
+    b"main;bad\xff 1", b"main;bad\xfe 4", b"f (a.py:0) 1", b"f (a.py) 2", b"main 1.5", b"main 1e3", b"main 1_000",
+    "main \u0663".encode(), b"main +5", b"main -0", b"main 0", b"main 12345678901234567890", b"main 5\t",
+    b"main;work (app.py:3) -1", b"main nan", b"main inf", b"main x", b"main", b" 5", b"\xc2\xa0 5", b"main 5 ",
+    b"#main 5", b"at::native::add_;std::vector<int>::push_back 7", b"\xef\xbb\xbfbom;main 1", b"a\rb 2",
+]
+MALFORMED = {b"main;work (app.py:3) -1", b"main nan", b"main inf", b"main x", b"main", b" 5", b"\xc2\xa0 5", b"main 5 "}
+
+
+def python_read(data: bytes, strict: bool = True):
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
+    return read_folded(text, "in.folded", strict)
+
+
+def assert_same_profile(a, b):
+    assert a.frames == b.frames
+    for column in ("stack_parent", "stack_frame", "sample_stack", "sample_wall", "sample_cpu", "sample_time",
+                   "sample_thread"):
+        x, y = getattr(a, column), getattr(b, column)
+        assert x.dtype == y.dtype and np.array_equal(x, y), column
+    assert a.meta == b.meta
+    a.validate()
+
+
+def edge_text(rng: random.Random, lines: int, malformed: bool) -> bytes:
+    pool = [line for line in EDGE_LINES if malformed or line not in MALFORMED]
+    body = b"\n".join(rng.choice(pool) for _ in range(lines))
+    return body + rng.choice([b"", b"\n", b"\r\n"])     # with and without a final newline
+
+
+def test_both_readers_agree_on_every_kind_of_line():
+    rng = random.Random(7)
+    for _ in range(30):
+        data = edge_text(rng, 60, malformed=False)
+        assert_same_profile(read_folded_bytes(data, "in.folded"), python_read(data))
+
+
+def test_both_readers_skip_the_same_malformed_lines(capsys):
+    rng = random.Random(8)
+    for _ in range(30):
+        data = edge_text(rng, 60, malformed=True)
+        fast, slow = read_folded_bytes(data, "in.folded", strict=False), python_read(data, strict=False)
+        assert_same_profile(fast, slow)
+        skipped = sum(line.rstrip(b"\r") in MALFORMED for line in data.split(b"\n"))
+        assert fast.meta.get("skipped_lines", 0) == skipped
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings and all(w.startswith("flameprof: warning: in.folded: skipped ") for w in warnings)
+
+
+@pytest.mark.parametrize("bad", sorted(MALFORMED))
+def test_both_readers_stop_at_the_same_malformed_line(bad):
+    data = b"main;a 1\n\n# note\n" + bad + b"\r\nmain;b 2\n"
+    with pytest.raises(FlameprofError) as fast:
+        read_folded_bytes(data, "in.folded")
+    with pytest.raises(FlameprofError) as slow:
+        python_read(data)
+    assert str(fast.value) == str(slow.value)
+    assert str(fast.value).startswith("in.folded:4: malformed folded line")
+
+
+def test_texts_naming_the_same_frame_share_it():
+    profile = read_folded_bytes(b"main;f (a.py:0) 1\nmain;f (a.py) 2\nmain;bad\xff 1\nmain;bad\xfe 1\n")
+    assert profile.frames == [Frame("main"), Frame("f", "a.py", 0), Frame("bad\ufffd")]
+    assert len(profile.stack_parent) == 3          # main, main;f, main;bad: one stack each
+    assert profile.sample_wall.tolist() == [1, 2, 1, 1]
+
+
+def test_chunks_of_any_size_read_like_the_whole():
+    data = edge_text(random.Random(9), 200, malformed=False)
+    whole = FoldedParser(folded_import._FrameIds().__getitem__)
+    whole.feed(data)
+    expected = whole.finish()
+    for size in (1, 2, 3, 7, 64, 1000):
+        parser = FoldedParser(folded_import._FrameIds().__getitem__)
+        for start in range(0, len(data), size):
+            assert parser.feed(memoryview(data)[start:start + size])
+        assert parser.finish() == expected
+
+
+def test_a_generated_profile_renders_the_same_svg_by_both_readers(tmp_path):
+    path = tmp_path / "stacks.folded"
+    generate(str(path), 3000, seed=3)
+    data = path.read_bytes()
+    fast, slow = read_folded_bytes(data, str(path)), python_read(data)
+    slow.meta["source"] = str(path)
+    assert_same_profile(fast, slow)
+    assert fast.num_samples == 3000 and len(fast.stack_parent) > 3000
+    assert render_svg(fast, minwidth=0.1) == render_svg(slow, minwidth=0.1)
+
+
+def test_without_the_c_reader_the_python_reader_is_used_silently(monkeypatch, capsys):
+    data = edge_text(random.Random(10), 100, malformed=False)
+    expected = read_folded_bytes(data, "in.folded")
+    monkeypatch.setitem(sys.modules, "flameprof._folded", None)    # import fails as when it was not built
+    assert_same_profile(read_folded_bytes(data, "in.folded"), expected)
+    assert capsys.readouterr().err == ""
+
+
+def test_stacks_are_numbered_in_order_of_first_appearance():
+    profile = read_folded_bytes(b"a;b;c 1\nx 1\na;d 1\na;b 1\n")
+    assert profile.all_stack_frames() == [(0,), (0, 1), (0, 1, 2), (3,), (0, 4)]
+    assert profile.sample_stack.tolist() == [2, 3, 4, 1]
