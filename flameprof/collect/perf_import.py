@@ -483,7 +483,7 @@ def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: b
     t0 = min((s[0] for s in samples), default=0.0)
     for time, thread, stack, period in samples:
         builder.add_sample(time - t0, thread, stack, period * scale, period * scale)
-    builder.meta.update(weight_unit=unit, event=_decode(parser.event_filter))
+    builder.meta.update(weight_unit=unit, event=_decode(parser.event_filter), time_origin=t0)
     if samples:
         builder.meta["duration"] = max(s[0] for s in samples) - t0
     return builder.build()

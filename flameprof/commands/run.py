@@ -5,7 +5,9 @@ The target keeps its own output, exit code and signals. The profile is written f
 handler registered before the target runs (so it runs last, after the target's own handlers and
 after non-daemon threads end), and directly before re-raising a fatal signal. Unless
 ``--no-subprocesses``, every Python process the target starts is profiled too (collect/process_tree.py)
-and merged into the one profile.
+and merged into the one profile. ``--native`` records ``perf`` beside the sampler
+(collect/perf_record.py) and grafts its native stacks under the Python frames (collect/native_merge.py);
+when perf cannot record, one warning line says why and the profile has Python frames only.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backward-layers", action="store_true",
                    help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
                         "slows the model's forward and backward, see README)")
+    p.add_argument("--native", action="store_true",
+                   help="also record native (C/C++, PyTorch, MKL) stacks with perf and show them under the Python "
+                        "frames that called them (Linux, needs perf; see README)")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=PATTERN",
                    help="add a phase rule, e.g. data=my_loader:next_batch (see README; repeatable)")
     add_render_options(p)
@@ -83,6 +88,40 @@ def _write_profile(profile, outdir: str, options, args: argparse.Namespace) -> N
         sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
 
 
+def _warn_native(reason: str) -> None:
+    sys.stderr.write(f"flameprof: warning: --native: {reason}; the profile has Python frames only\n")
+
+
+def _start_native(rate: float):
+    """A running perf recording of this process, or None (after one warning line) when perf cannot record."""
+    from ..collect.perf_record import PerfRecording, PerfUnavailable
+
+    recording = PerfRecording(os.getpid(), rate)
+    try:
+        recording.start()
+    except PerfUnavailable as exc:
+        _warn_native(str(exc))
+        return None
+    return recording
+
+
+def _add_native(recording, profile, clock_zero: float):
+    """``profile`` with perf's native stacks merged in; on any failure, one warning line and ``profile``."""
+    from ..collect.native_merge import merge_native
+    from ..collect.perf_import import read_perf_script
+    from ..collect.perf_record import PerfUnavailable
+
+    try:
+        recording.stop()
+        perf = read_perf_script(recording.script(), "perf script")
+        return merge_native(profile, perf, recording.pid, float(perf.meta.get("time_origin", 0.0)) - clock_zero)
+    except (PerfUnavailable, FlameprofError, OSError, ValueError) as exc:
+        _warn_native(f"could not merge perf's stacks: {exc}")
+        return profile
+    finally:
+        recording.close()
+
+
 def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     """``flameprof run -- command ...``: the command's Python processes profile themselves into parts."""
     from ..collect.command import exit_like, run_command
@@ -114,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     if not rest:
         raise FlameprofError("run: nothing to run (give a script, -m module, or -- command)")
     if command:
+        if args.native:
+            _warn_native("native stacks are recorded for a script or -m module, not a -- command")
         return _run_command(rest, args)
     target = runner.module_target(rest[0], rest[1:]) if args.module else runner.script_target(rest[0], rest[1:])
     from ..outputs import prepare_output_dir
@@ -124,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..profiler import SESSION, Profiler
 
+    native = _start_native(args.rate) if args.native else None  # before sampling: perf takes a while to start
     profiler = Profiler(outdir, rate=args.rate, mode=args.mode, backward_layers=args.backward_layers)
     state = {"signal": None, "saved": False}
     main_pid = os.getpid()
@@ -143,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
         else:
+            if native is not None:
+                profile = _add_native(native, profile, clock_zero)
             if tree is not None:
                 profile = tree.collect(profile)
             _write_profile(profile, outdir, options, args)
@@ -159,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     runner.install(target)
     profiler.start()
     assert SESSION.sampler is not None
+    clock_zero = SESSION.sampler.t0  # perf_counter reading of the profile's time 0
     SESSION.sampler.boundary_codes.add(runner.exec_target.__code__)
     try:
         runner.exec_target(target)
