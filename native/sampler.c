@@ -761,7 +761,7 @@ static struct {
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
-    unsigned long saved_switch; /* the program's switch interval, when lowered while running (0: not) */
+    unsigned long lowered_from; /* the program's switch interval while the clock waits with it lowered (0: not) */
     uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -841,18 +841,40 @@ pending_sample(void *unused)
 }
 
 /* Before 3.13 a thread waiting for the GIL asks the holder to let go only after the switch
- * interval (5 ms by default), longer than a tick at high rates. 3.10 and 3.11 let the clock thread
- * lower it for its own wait only; 3.12 reads it through the current thread state, so there it is
- * lowered while the clock runs (start_clock/stop_clock, with the GIL). */
-#define LOWER_PER_WAIT (PY_VERSION_HEX < 0x030C0000)
-#define LOWER_WHILE_RUNNING (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
+ * interval (5 ms by default), longer than a tick at high rates. The clock thread lowers it for its
+ * own wait only and gives the program's value back once it has the GIL: the program's threads keep
+ * their own switching (lowering it for the whole run made every thread switch every few dozen
+ * microseconds, which starved a collection that ran finalizers until garbage piled up). */
+#define LOWER_PER_WAIT (PY_VERSION_HEX < 0x030D0000)
 
-#if LOWER_PER_WAIT || LOWER_WHILE_RUNNING
+#if LOWER_PER_WAIT
 static unsigned long
 quick_switch_interval(void)
 {
     unsigned long quick = (unsigned long)(clk.interval * 1e6 / 8);
     return quick < 20 ? 20 : quick;
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* switch_interval.c */
+#endif
+
+/* The interval, or set it when ``set`` is not 0, from a thread without the GIL: 3.10 and 3.11 keep
+ * it process-wide; 3.12 per interpreter, reached through the calling thread's current thread state,
+ * which the clock thread does not have while it waits (switch_interval.c finds the field). */
+static unsigned long
+switch_interval(PyThreadState *ts, unsigned long set)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    unsigned long *slot = flameprof_switch_interval_slot(PyThreadState_GetInterpreter(ts));
+    if (set)
+        *slot = set;
+    return *slot;
+#else
+    if (set)
+        _PyEval_SetSwitchInterval(set);
+    return _PyEval_GetSwitchInterval();
+#endif
 }
 #endif
 
@@ -860,13 +882,16 @@ static void
 acquire_gil(PyThreadState *ts)
 {
 #if LOWER_PER_WAIT
-    unsigned long saved = _PyEval_GetSwitchInterval(), quick = quick_switch_interval();
+    unsigned long saved = switch_interval(ts, 0), quick = quick_switch_interval();
     int lower = quick < saved;
-    if (lower)
-        _PyEval_SetSwitchInterval(quick);
+    if (lower) {
+        clk.lowered_from = saved;
+        switch_interval(ts, quick);
+    }
     PyEval_RestoreThread(ts);  /* at interpreter shutdown this ends the thread */
     if (lower && _PyEval_GetSwitchInterval() == quick)  /* unless the program changed it meanwhile */
         _PyEval_SetSwitchInterval(saved);
+    clk.lowered_from = 0;
 #else
     PyEval_RestoreThread(ts);
 #endif
@@ -966,21 +991,11 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.by_pending = clk.by_clock = 0;
     clk.ident = 0;
     clk.alive = 1;
-    clk.saved_switch = 0;
-#if LOWER_WHILE_RUNNING
-    if (quick_switch_interval() < _PyEval_GetSwitchInterval()) {
-        clk.saved_switch = _PyEval_GetSwitchInterval();
-        _PyEval_SetSwitchInterval(quick_switch_interval());
-    }
-#endif
+    clk.lowered_from = 0;
     s->last_tick = monotonic();
     int err = pthread_create(&clk.thread, NULL, clock_main, NULL);
     if (err != 0) {
         clk.alive = 0;
-#if LOWER_WHILE_RUNNING
-        if (clk.saved_switch)
-            _PyEval_SetSwitchInterval(clk.saved_switch);
-#endif
         Py_CLEAR(clk.on_slow);
         clk.sampler = NULL;
         Py_DECREF(s);
@@ -1008,10 +1023,6 @@ stop_clock(PyObject *unused1, PyObject *unused2)
     pthread_mutex_lock(&clk.mu);
     clk.alive = 0;
     pthread_mutex_unlock(&clk.mu);
-#if LOWER_WHILE_RUNNING
-    if (clk.saved_switch && _PyEval_GetSwitchInterval() == quick_switch_interval())
-        _PyEval_SetSwitchInterval(clk.saved_switch);
-#endif
     Sampler *s = clk.sampler;
     clk.sampler = NULL;
     Py_CLEAR(clk.on_slow);
@@ -1079,14 +1090,14 @@ Sampler_invalidate(Sampler *s, PyObject *unused)
 }
 
 /* After fork: the child has one thread and no clock; forget the parent's threads (and give
- * back the switch interval the parent's clock had lowered). */
+ * back the switch interval the parent's clock had lowered for a wait the fork cut short). */
 static PyObject *
 Sampler_reset_threads(Sampler *s, PyObject *unused)
 {
-#if LOWER_WHILE_RUNNING
-    if (clk.saved_switch && !clk.alive && _PyEval_GetSwitchInterval() == quick_switch_interval())
-        _PyEval_SetSwitchInterval(clk.saved_switch);
-    clk.saved_switch = 0;
+#if LOWER_PER_WAIT
+    if (clk.lowered_from && !clk.alive && _PyEval_GetSwitchInterval() == quick_switch_interval())
+        _PyEval_SetSwitchInterval(clk.lowered_from);
+    clk.lowered_from = 0;
 #endif
     s->nthreads = 0;
     s->last_tick = monotonic();

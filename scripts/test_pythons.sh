@@ -50,10 +50,10 @@ for minor in $PYTHONS; do
       continue
     fi
   fi
-  # Rebuild only when the C source changed: the build rewrites flameprof/_native.<abi>.so in
+  # Rebuild only when a C source changed: the build rewrites flameprof/_native.<abi>.so in
   # place, which would pull it from under any process of this tree that has it loaded.
   so=flameprof/_native$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-  if [ ! -f "$so" ] || [ native/sampler.c -nt "$so" ] || [ setup.py -nt "$so" ] \
+  if [ ! -f "$so" ] || [ -n "$(find native setup.py -newer "$so" -print -quit)" ] \
      || ! (cd "$venv" && bin/python -c "import flameprof" 2>/dev/null); then
     # no build isolation: the venv already has setuptools, and nothing needs fetching per run
     if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
