@@ -9,9 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from flameprof._folded import FoldedParser   # built with the package: a missing build fails here
-from flameprof.collect import folded_import
-from flameprof.collect.folded_import import read_folded, read_folded_bytes
+import flameprof._folded  # noqa: F401  built with the package: a missing build fails here, not a skip
+from flameprof.collect.folded_import import read_folded, read_folded_chunks
 from flameprof.errors import FlameprofError
 from flameprof.records import Frame
 from flameprof.render.svg import render_svg
@@ -31,6 +30,10 @@ EDGE_LINES = [
     b"#main 5", b"at::native::add_;std::vector<int>::push_back 7", b"\xef\xbb\xbfbom;main 1", b"a\rb 2",
 ]
 MALFORMED = {b"main;work (app.py:3) -1", b"main nan", b"main inf", b"main x", b"main", b" 5", b"\xc2\xa0 5", b"main 5 "}
+
+
+def read_folded_bytes(data: bytes, source: str = "<stdin>", strict: bool = True):
+    return read_folded_chunks([data], source, strict)
 
 
 def python_read(data: bytes, strict: bool = True):
@@ -91,16 +94,18 @@ def test_texts_naming_the_same_frame_share_it():
     assert profile.sample_wall.tolist() == [1, 2, 1, 1]
 
 
-def test_chunks_of_any_size_read_like_the_whole():
+def chunked(data: bytes, size: int) -> list[bytes]:
+    return [data[start:start + size] for start in range(0, len(data), size)]
+
+
+def test_chunks_cut_anywhere_read_like_the_whole(monkeypatch):
     data = edge_text(random.Random(9), 200, malformed=False)
-    whole = FoldedParser(folded_import._FrameIds().__getitem__)
-    whole.feed(data)
-    expected = whole.finish()
+    expected = read_folded_bytes(data)
     for size in (1, 2, 3, 7, 64, 1000):
-        parser = FoldedParser(folded_import._FrameIds().__getitem__)
-        for start in range(0, len(data), size):
-            assert parser.feed(memoryview(data)[start:start + size])
-        assert parser.finish() == expected
+        assert_same_profile(read_folded_chunks(chunked(data, size)), expected)
+    monkeypatch.setitem(sys.modules, "flameprof._folded", None)    # the Python reader, cut inside characters
+    for size in (1, 3, 1000):
+        assert_same_profile(read_folded_chunks(chunked(data, size)), expected)
 
 
 def test_a_generated_profile_renders_the_same_svg_by_both_readers(tmp_path):
@@ -120,9 +125,28 @@ def test_without_the_c_reader_the_python_reader_is_used_silently(monkeypatch, ca
     monkeypatch.setitem(sys.modules, "flameprof._folded", None)    # import fails as when it was not built
     assert_same_profile(read_folded_bytes(data, "in.folded"), expected)
     assert capsys.readouterr().err == ""
+    with pytest.raises(FlameprofError, match="in.folded:2: malformed"):
+        read_folded_bytes(b"a 1\nb\n", "in.folded")
 
 
 def test_stacks_are_numbered_in_order_of_first_appearance():
     profile = read_folded_bytes(b"a;b;c 1\nx 1\na;d 1\na;b 1\n")
     assert profile.all_stack_frames() == [(0,), (0, 1), (0, 1, 2), (3,), (0, 4)]
     assert profile.sample_stack.tolist() == [2, 3, 4, 1]
+
+
+def test_a_folded_file_is_loaded_a_chunk_at_a_time(tmp_path, monkeypatch):
+    from flameprof.collect import load
+
+    path = tmp_path / "stacks.folded"
+    generate(str(path), 500, seed=4)
+    expected = read_folded_bytes(path.read_bytes(), str(path))
+    sizes = []
+
+    def recording(chunks, *args):
+        return read_folded_chunks((sizes.append(len(c)) or c for c in chunks), *args)
+
+    monkeypatch.setattr(load, "CHUNK", 4096)
+    monkeypatch.setattr(load, "read_folded_chunks", recording)
+    assert_same_profile(load.load_input(str(path)), expected)
+    assert sum(sizes) == path.stat().st_size and len(sizes) > 10 and max(sizes[1:]) == 4096

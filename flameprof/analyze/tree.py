@@ -206,23 +206,25 @@ def _finish(parent: np.ndarray, node_frame: np.ndarray, frames: list[Frame], lab
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
     """Node indexes grouped by depth, ascending within each group."""
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2) if len(depth) else [0])
+    deepest = int(depth.max()) if len(depth) else 0
+    # a stable sort of 16-bit keys is a radix sort: several times faster on millions of nodes
+    order = np.argsort(depth.astype(np.uint16) if deepest < 1 << 16 else depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(deepest + 2))
     return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
     """Depth of each node by pointer jumping: each round adds the distance to the ancestor reached so
-    far and jumps twice as far, so ~log2(max depth) vectorised rounds."""
+    far and jumps twice as far, so ~log2(max depth) vectorised rounds over whole columns (roots point
+    to themselves and add 0, so no round needs a mask)."""
     depth = (parent >= 0).astype(np.int32)
-    ancestor = parent.copy()
-    active = np.flatnonzero(ancestor >= 0)
-    while len(active):
-        up = ancestor[active]
-        depth[active] += depth[up]
-        ancestor[active] = ancestor[up]
-        active = active[ancestor[active] >= 0]
-    return depth
+    ancestor = np.where(parent >= 0, parent, np.arange(len(parent), dtype=parent.dtype))
+    while True:
+        jumped = ancestor[ancestor]
+        if np.array_equal(jumped, ancestor):
+            return depth
+        depth += depth[ancestor]
+        ancestor = jumped
 
 
 def _subtree_sums(parent: np.ndarray, depth: np.ndarray, *selfs: np.ndarray) -> list[np.ndarray]:

@@ -4,26 +4,40 @@
 from __future__ import annotations
 
 import io
+import itertools
 import sys
+from contextlib import contextmanager
+from functools import partial
+from typing import BinaryIO, Iterator
 
 from ..errors import FlameprofError
 from ..model import Profile
 from .. import storage
 from .detect import FORMATS, HEAD, detect_format
-from .folded_import import read_folded_bytes
+from .folded_import import read_folded_chunks
+
+CHUNK = 8 << 20     # folded text is read this much at a time: a file of gigabytes is never held whole
 
 
-def read_bytes(path: str) -> bytes:
-    """The whole content of ``path`` (``-``: stdin), or one error line."""
+@contextmanager
+def _opened(path: str) -> Iterator[BinaryIO]:
+    """``path`` open for reading (``-``: stdin); failing to open or read it is one error line."""
     try:
         if path == "-":
-            return sys.stdin.buffer.read()
-        with open(path, "rb") as fh:
-            return fh.read()
+            yield sys.stdin.buffer
+        else:
+            with open(path, "rb") as fh:
+                yield fh
     except IsADirectoryError:
         raise FlameprofError(f"{path} is a directory, not a profile") from None
     except OSError as exc:
         raise FlameprofError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole content of ``path`` (``-``: stdin), or one error line."""
+    with _opened(path) as fh:
+        return fh.read()
 
 
 def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = True) -> Profile:
@@ -40,22 +54,44 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
         from .pyspy_import import read_speedscope
         profile = read_speedscope(data, source, strict)
     else:
-        if data.startswith(b"PERFILE"):
-            raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
-        if b"\x00" in data[:4096]:
-            raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
+        _check_text(data, source)
         if fmt == "pyspy":
             from .pyspy_import import read_pyspy_raw
             # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
             text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
             profile = read_pyspy_raw(text, source, strict)
         else:
-            profile = read_folded_bytes(data, source, strict)
+            profile = read_folded_chunks([data], source, strict)
+    return _found(profile, source, fmt)
+
+
+def _check_text(head: bytes, source: str) -> None:
+    """Refuse binary data that would otherwise read as (malformed) text."""
+    if head.startswith(b"PERFILE"):
+        raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
+    if b"\x00" in head[:4096]:
+        raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
+
+
+def _found(profile: Profile, source: str, fmt: str) -> Profile:
     if not profile.num_samples:
         raise FlameprofError(f"{source}: no stacks found (read as {fmt})")
     return profile
 
 
 def load_input(path: str, strict: bool = True) -> Profile:
-    """Load ``path`` in whichever supported format its content is."""
-    return load_bytes(read_bytes(path), "<stdin>" if path == "-" else path, None, strict)
+    """Load ``path`` in whichever supported format its content is; folded text is read a chunk at a time."""
+    source = "<stdin>" if path == "-" else path
+    with _opened(path) as fh:
+        start = fh.tell() if fh.seekable() else None
+        head = fh.read(HEAD)
+        if detect_format(head) == "folded":
+            _check_text(head, source)
+            chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
+            return _found(read_folded_chunks(chunks, source, strict), source, "folded")
+        if start is not None:    # read whole from the start: no second copy to join the head to the rest
+            fh.seek(start)
+            data = fh.read()
+        else:
+            data = head + fh.read()
+    return load_bytes(data, source, None, strict)
