@@ -75,14 +75,14 @@ class PerfRecording:
             self.close()
             raise PerfUnavailable("perf is not installed (linux-perf / linux-tools package)")
         ctl, ack = os.path.join(self._dir, "ctl"), os.path.join(self._dir, "ack")
-        os.mkfifo(ctl, 0o600)
-        os.mkfifo(ack, 0o600)
         event = "cpu-clock" if _kernel_allowed() else "cpu-clock:u"
         cmd = [perf, "record", "-q", "-B", "-N", "-e", event, "-F", str(max(1, round(self.rate * RATE_FACTOR))),
                "--call-graph", f"dwarf,{STACK_BYTES}", "-k", "CLOCK_MONOTONIC", "-D", "-1",
                "--control", f"fifo:{ctl},{ack}", "-p", str(self.pid), "-o", self.data]
         err = open(os.path.join(self._dir, "stderr"), "w+")
         try:
+            os.mkfifo(ctl, 0o600)
+            os.mkfifo(ack, 0o600)
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                           start_new_session=True, close_fds=True)
             self._enable(ctl, ack)

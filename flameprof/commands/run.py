@@ -96,10 +96,10 @@ def _start_native(rate: float):
     """A running perf recording of this process, or None (after one warning line) when perf cannot record."""
     from ..collect.perf_record import PerfRecording, PerfUnavailable
 
-    recording = PerfRecording(os.getpid(), rate)
     try:
+        recording = PerfRecording(os.getpid(), rate)
         recording.start()
-    except PerfUnavailable as exc:
+    except (PerfUnavailable, OSError) as exc:
         _warn_native(str(exc))
         return None
     return recording
