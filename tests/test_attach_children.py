@@ -1,4 +1,4 @@
-"""flameprof attach --subprocesses follows the children a live target forks during the attach."""
+"""flameprof attach --subprocesses follows the children a live target starts during the attach."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from test_attach import Target
 RATE = 100.0
 DURATION = 2.0
 
-# Forks a child running child_spin (0.2 s of CPU) about every 0.3 s; each child reports how many
-# threads it has (the sampler's clock is one) and when it started. SIGUSR1 prints what the attach
-# must leave as it was; SIGUSR2 ends the loop.
-FORKING = r'''
+# Starts (with multiprocessing's CONTEXT) a child running child_spin for CHILD_SECONDS, one after
+# the other; each child reports how many threads it has at its end (a sampler's clock or an agent's
+# thread adds one). SIGUSR1 prints what the attach must leave as it was; SIGUSR2 ends the loop.
+CHILDREN = r'''
 import multiprocessing as mp, os, signal, sys, threading, time
 
 def child_spin(n):
-    end = time.time() + 0.2
+    end = time.time() + CHILD_SECONDS
     total = 0
     while time.time() < end:
         for i in range(20000):
@@ -38,7 +38,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGUSR1, state)
     stop = []
     signal.signal(signal.SIGUSR2, lambda *_: stop.append(1))
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(CONTEXT)
     print("ready", flush=True)
     n = 0
     while not stop:
@@ -52,9 +52,9 @@ if __name__ == "__main__":
     print("done", flush=True)
 '''
 
-# A training-like loop whose DataLoader workers are re-created every epoch.
+# A training-like loop whose DataLoader workers are re-created every epoch; SIGUSR2 ends it.
 DATALOADER = r'''
-import os, sys, time
+import os, signal, sys, time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -72,19 +72,26 @@ def slow_item(i):
     return torch.tensor([i])
 
 loader = DataLoader(Slow(), batch_size=2, num_workers=2, persistent_workers=False)
+stop = []
+signal.signal(signal.SIGUSR2, lambda *_: stop.append(1))
 print("ready", flush=True)
 epoch = 0
-while True:
+while not stop:
     it = iter(loader)
     print("epoch", epoch, time.time(), *[w.pid for w in it._workers], flush=True)
     print("sum", epoch, int(sum(batch.sum() for batch in it)), flush=True)
     epoch += 1
+print("done", flush=True)
 '''
 
 
-def attach(pid: int, out) -> tuple[float, float]:
+def children_source(context: str, seconds: float) -> str:
+    return f"CONTEXT, CHILD_SECONDS = {context!r}, {seconds}\n" + CHILDREN
+
+
+def attach(pid: int, out, duration: float = DURATION) -> tuple[float, float]:
     """Attach with --subprocesses; (time profiling began, time the CLI ended)."""
-    proc = subprocess.Popen(flameprof_cmd("attach", str(pid), "--subprocesses", "--duration", str(DURATION),
+    proc = subprocess.Popen(flameprof_cmd("attach", str(pid), "--subprocesses", "--duration", str(duration),
                                           "--rate", str(RATE), "-q", "-o", str(out)),
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     lines = []
@@ -112,7 +119,7 @@ def seconds_in(profile, function: str) -> dict[int, float]:
 
 
 def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
-    target = Target(tmp_path, source=FORKING)
+    target = Target(tmp_path, source=children_source("fork", 0.2))
     try:
         before = target.state(1)
         began, ended = attach(target.proc.pid, tmp_path / "out")
@@ -125,7 +132,7 @@ def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
         target.close()
     assert after == before  # threads, os._exit, SIGTERM handler and environment as they were
     assert lines[-1] == "done"
-    started = {int(w[1]): (int(w[2]), float(w[3])) for w in (line.split() for line in lines) if w[0] == "started"}
+    started = started_children(lines)
     joined = [line for line in lines if line.startswith("joined")]
     assert joined == [f"joined {n} 0" for n in range(len(joined))]  # every child ran and ended well
     tasks = {int(w[1]): int(w[3]) for w in (line.split() for line in lines) if w[0] == "child"}
@@ -152,16 +159,50 @@ def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
     assert "flameprof-detach" not in {t.name for t in profile.threads}
 
 
+def started_children(lines: list[str]) -> dict[int, tuple[int, float]]:
+    """n -> (pid, start time) of the children the CHILDREN target reported."""
+    return {int(w[1]): (int(w[2]), float(w[3])) for w in (line.split() for line in lines) if w[0] == "started"}
+
+
+def test_children_spawned_during_the_attach_are_injected_as_they_appear(tmp_path):
+    target = Target(tmp_path, source=children_source("spawn", 1.5))
+    try:
+        began, ended = attach(target.proc.pid, tmp_path / "out", duration=4.0)
+        target.wait_for("child", len(target.wait_for("started")) + 1)  # one started after the detach
+        target.proc.send_signal(signal.SIGUSR2)
+        assert target.proc.wait(timeout=30) == 0
+        lines = target.lines()
+    finally:
+        target.close()
+    started = started_children(lines)
+    tasks = {int(w[1]): int(w[3]) for w in (line.split() for line in lines) if w[0] == "child"}
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    roles = {p.pid: p.role for p in profile.processes}
+    spin = seconds_in(profile, "child_spin")
+    # started after the initial injection (so seen only by the watcher), ended before the detach
+    late = [pid for pid, t in started.values() if began < t < began + 4.0 - 1.5]
+    assert late, (began, started)
+    for pid in late:  # gdb needs 0.1-1 s: the start of each child is missed, most of the rest is not
+        assert roles.get(pid, "").startswith("SpawnProcess-"), (pid, roles)
+        assert spin.get(pid, 0) > 0.2, (pid, dict(spin))
+    for n, (pid, t) in started.items():
+        if t > ended:  # started after the detach: not profiled, no agent thread
+            assert tasks[n] == 1 and pid not in roles, n
+
+
 def test_dataloader_workers_of_each_epoch_are_followed(tmp_path):
     target = Target(tmp_path, source=DATALOADER)
     try:
         began, ended = attach(target.proc.pid, tmp_path / "out")
         epochs_after = len(target.wait_for("sum"))
         target.wait_for("sum", epochs_after + 2)  # the loop goes on after the detach
+        target.proc.send_signal(signal.SIGUSR2)
+        assert target.proc.wait(timeout=30) == 0
         lines = target.lines()
     finally:
         target.close()
-    assert not [line for line in lines if not line.startswith(("ready", "epoch", "sum"))]
+    assert lines[-1] == "done"
+    assert not [line for line in lines[:-1] if not line.startswith(("ready", "epoch", "sum"))]
     sums = [line.split() for line in lines if line.startswith("sum")]
     assert all(int(total) == 28 for _, _, total in sums)  # every epoch saw every item once
     epochs = [line.split() for line in lines if line.startswith("epoch")]

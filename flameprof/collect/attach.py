@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
 from .attach_agent import DETACH_THREAD, FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME, mark_detached
-from .parts import SUFFIX, part_files, wait_for_parts
+from .attach_watch import RETRY, WATCH_INTERVAL, ChildWatcher, part_pid
+from .parts import part_files, wait_for_parts
 from .target_process import TargetProcess, alive, explain_ptrace_failure, sees_paths
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class Channel:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.server.bind(os.path.join(self.path, SOCKET_NAME))
-            self.server.listen(len(targets))
+            self.server.listen(64)
             if targets[0].uid != os.geteuid():  # root attaching to another user's process
                 os.chown(self.path, targets[0].uid, -1)
                 os.chown(os.path.join(self.path, SOCKET_NAME), targets[0].uid, -1)
@@ -218,7 +219,10 @@ class _Events:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self.conn], [], [], left)[0]:
                 return None
-            chunk = self.conn.recv(4096)
+            try:
+                chunk = self.conn.recv(4096)
+            except OSError:  # reset: the process ended with a line from the CLI unread
+                chunk = b""
             if not chunk:
                 self.closed = True
                 return None
@@ -278,6 +282,12 @@ def _try_gdb(gdb: str, target: TargetProcess, payload: bytes) -> str | None:
     return None
 
 
+def _try_gdb_late(gdb: str, target: TargetProcess, payload: bytes) -> str | None:
+    """As ``_try_gdb``, for a child that appeared during the attach (RETRY: it is still starting)."""
+    failure = _try_gdb(gdb, target, payload)
+    return RETRY if failure == _GDB_ERRORS["not-initialized"] else failure
+
+
 def _package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -313,7 +323,8 @@ def record(target: TargetProcess, duration: float | None, rate: float,
            backward_layers: bool = False, follow_forks: bool = False) -> "Profile":
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
     injected agent; several processes come back as one merged profile. With ``follow_forks`` the
-    children that the profiled processes fork meanwhile are profiled too.
+    children that the profiled processes fork meanwhile are profiled too, and other Python
+    processes that appear below ``target`` are injected as they appear.
 
     Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
     instead), FlameprofError for everything else; a child that cannot be profiled is left out.
@@ -327,6 +338,7 @@ def record(target: TargetProcess, duration: float | None, rate: float,
                      f"directory {channel.path}")
         if not sees_paths(target.pid, paths):
             raise InjectUnavailable(elsewhere)
+        known = {target.pid, *(c.pid for c in children)}
         for child in [c for c in children if not sees_paths(c.pid, paths)]:
             note(f"leaving out child process {child.pid}: {elsewhere}")
         children = [c for c in children if sees_paths(c.pid, paths)]
@@ -342,11 +354,23 @@ def record(target: TargetProcess, duration: float | None, rate: float,
                 note(f"leaving out child process {child.pid}: {failure}")
         config = {"rate": rate, "backward_layers": backward_layers, "follow_forks": follow_forks}
         remotes = _start(channel, injected, config)
+        by_pid = {t.pid: t for t in injected}
+
+        def admit(child: TargetProcess) -> None:
+            channel.pids.add(child.pid)
+            by_pid[child.pid] = child
+
+        watcher = ChildWatcher(target.pid, known, channel.path, paths, lambda child: _try_gdb_late(gdb, child, payload),
+                               admit, note) if follow_forks else None
         try:
             others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
             note(f"profiling process {target.pid}{others} (Python {target.version_text}) "
                  + (f"for {duration:g} s" if duration else "until Ctrl-C"))
-            _wait(channel, remotes, injected, config, duration)
+            try:
+                _wait(channel, remotes, by_pid, config, duration, watcher)
+            finally:
+                if watcher is not None:
+                    watcher.close()
             _stop(remotes)
             for child in injected[1:]:
                 if child.pid not in channel.accepted:
@@ -416,18 +440,21 @@ def _not_started(channel: Channel, target: TargetProcess, waited: str) -> Flamep
                              "so the agent could not start")
 
 
-def _wait(channel: Channel, remotes: list[_Remote], injected: list[TargetProcess], config: dict,
-          duration: float | None) -> None:
+def _wait(channel: Channel, remotes: list[_Remote], by_pid: dict[int, TargetProcess], config: dict,
+          duration: float | None, watcher: ChildWatcher | None) -> None:
     """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
-    accepting the agents of children that connect meanwhile."""
+    accepting the agents of children that connect meanwhile, and letting ``watcher`` look for new ones."""
     deadline = None if duration is None else time.monotonic() + duration
     main = remotes[0]
-    by_pid = {t.pid: t for t in injected}
     try:
         while main.result is None and (deadline is None or time.monotonic() < deadline):
+            if watcher is not None:
+                watcher.poll()
             live = [r for r in remotes if r.result is None]
-            waiting = [channel.server] if len(channel.accepted) < len(injected) else []
+            waiting = [channel.server] if len(channel.accepted) < len(by_pid) else []
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if watcher is not None:
+                left = WATCH_INTERVAL if left is None else min(left, WATCH_INTERVAL)
             ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
             if channel.server in ready:
                 remote = _accept(channel, by_pid, main.target.pid, config, 0)
@@ -458,13 +485,15 @@ def _collect(channel: Channel, remote: _Remote, note: Callable[[str], None]) -> 
     """The profile one agent handed back (or, if its process was killed, what it wrote last)."""
     pid = remote.target.pid
     result = remote.result or {}
+    if result.get("reason") == "followed":  # its own part is collected with the followed forks
+        return None
     if result.get("event") == "saved":
-        if result.get("reason") == "exit":
+        if result.get("reason") == "exit" and remote.main:  # children come and go
             note(f"process {pid} exited during the attach; saved the samples taken so far")
         return _load(channel, remote.target)
     if result.get("event") == "error":
         message = str(result.get("message", "the agent failed"))[:300]
-    elif alive(pid):
+    elif not _ended(pid):
         message = f"the agent in process {pid} did not hand back a profile"
     else:
         try:
@@ -479,6 +508,16 @@ def _collect(channel: Channel, remote: _Remote, note: Callable[[str], None]) -> 
     return None
 
 
+def _ended(pid: int, wait: float = 1.0) -> bool:
+    """Whether ``pid`` ended, allowing for a killed process whose sockets are closed before it is a zombie."""
+    deadline = time.monotonic() + wait
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list["Profile"]:
     """The profiles of the children forked during the attach: each wrote its own part (see
     ``attach_agent``); a child still profiling after the grace keeps what it had written."""
@@ -488,8 +527,8 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
     partial = set(wait_for_parts(channel.path, FOLLOWED_GRACE))
     profiles = []
     for path in part_files(channel.path):
-        pid = os.path.basename(path)[:-len(SUFFIX)].rpartition("-")[2]
-        if not pid.isdigit() or int(pid) in injected:
+        pid = part_pid(path)
+        if pid is None or pid in injected:
             continue
         data = channel.read_private(os.path.basename(path), 1 << 31)
         try:
@@ -499,9 +538,9 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
             continue
         if path in partial:
             note(f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written")
-        detach = [t.tid for t in profile.threads if t.pid == int(pid) and t.name == DETACH_THREAD]
+        detach = [t.tid for t in profile.threads if t.pid == pid and t.name == DETACH_THREAD]
         if detach:  # sampled once, as stopping the child's sampler takes a last sample
-            profile = _without_thread(profile, int(pid), detach[0])
+            profile = _without_thread(profile, pid, detach[0])
         if profile.num_samples:
             profile.meta.update(collector="attach", backend="inject")
             profiles.append(profile)

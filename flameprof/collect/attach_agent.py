@@ -29,6 +29,8 @@ import socket
 import threading
 import time
 
+from .parts import part_path
+
 SOCKET_NAME = "control.sock"
 DETACHED = "detached"  # created in the channel at the end: followed children stop profiling
 DETACH_THREAD = "flameprof-detach"  # the thread that ends profiling in a followed child
@@ -82,6 +84,8 @@ class _Agent:
         self.main = True
         self.t_start = 0.0
         self.follower: _ForkFollower | None = None
+        self.pid = os.getpid()
+        self.exit_before = os._exit
 
     def send(self, **event: object) -> None:
         try:
@@ -106,8 +110,14 @@ class _Agent:
 
     def run(self) -> None:
         self.sock.settimeout(None)
-        config = json.loads(self.read_line() or b"{}")
+        line = self.read_line()
+        if not line:  # the attach ended before this agent was let in
+            return
+        config = json.loads(line)
         self.main = bool(config.get("main", True))
+        if not self.main and os.path.exists(part_path(self.channel, socket.gethostname(), os.getpid())):
+            self.send(event="error", reason="followed", message="profiled already, as a followed fork")
+            return
         try:
             self.start(float(config.get("rate", 100.0)), bool(config.get("backward_layers", False)),
                        bool(config.get("follow_forks", False)))
@@ -115,6 +125,7 @@ class _Agent:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
             return
         atexit.register(self.finish, "exit")
+        self.exit_before, os._exit = os._exit, self.exit
         self.send(event="started")
         self.sock.settimeout(FLUSH_INTERVAL)
         try:
@@ -160,14 +171,24 @@ class _Agent:
         info = ProcessInfo(os.getpid(), role, meta["host"], command_line(), os.getppid())
         self.writer.write(info, meta, series, final)
 
+    def exit(self, status: int) -> None:
+        """``os._exit`` while attached, which skips ``atexit`` (forked multiprocessing children end so)."""
+        if os.getpid() == self.pid:
+            self.finish("exit")
+        self.exit_before(status)
+
     def finish(self, reason: str) -> None:
-        """Stop sampling and write the final part; runs once, from the agent thread or from atexit."""
+        """Stop sampling and write the final part; runs once, from the agent thread, atexit or os._exit
+        (not in a forked child, which inherited them)."""
         from ..profiler import SESSION
 
+        if os.getpid() != self.pid:
+            return
         with self.lock:
             if self.finished or self.writer is None:
                 return
             self.finished = True
+            _unhook_exit()
             if self.follower is not None:
                 self.follower.stop()
             try:
@@ -179,6 +200,13 @@ class _Agent:
                           message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
             self.writer = None
             _drop_samples()
+
+
+def _unhook_exit() -> None:
+    """Give ``os._exit`` back from the agent's hook (a followed child inherits it too)."""
+    agent = getattr(os._exit, "__self__", None)
+    if isinstance(agent, _Agent):
+        os._exit = agent.exit_before
 
 
 def _drop_samples() -> None:
@@ -246,6 +274,7 @@ class _ForkFollower:
         from . import children
 
         try:
+            _unhook_exit()
             children.disable_tree()
             SESSION.release()
             _drop_samples()

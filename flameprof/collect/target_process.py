@@ -201,24 +201,42 @@ def _children_map() -> dict[int, list[int]]:
     return children
 
 
-def python_descendants(pid: int, note=lambda text: None) -> list[TargetProcess]:
-    """The CPython processes below ``pid`` that can be profiled (DataLoader workers, ...).
-
-    Other programs are passed over silently, and so are multiprocessing's helper processes (they
-    only wait on a pipe); a Python child that cannot be profiled is named in a ``note``.
-    """
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` but multiprocessing's helper processes (they only wait on a pipe;
+    the workers a forkserver forks, which share its command line, are kept)."""
     children = _children_map()
-    found: list[TargetProcess] = []
-    todo = list(children.get(pid, ()))
+    found: list[int] = []
+    todo = [(child, "") for child in children.get(pid, ())]
     while todo:
-        child = todo.pop(0)
-        todo.extend(children.get(child, ()))
+        child, parent_cmdline = todo.pop(0)
         cmdline = (_read(f"/proc/{child}/cmdline") or "").replace("\0", " ")
-        if any(helper in cmdline for helper in _HELPERS):
-            continue
-        try:
-            found.append(inspect(child))
-        except FlameprofError as exc:
-            if "not a Python process" not in str(exc) and alive(child):
-                note(f"leaving out child process {child}: {exc}")
+        todo.extend((grandchild, cmdline) for grandchild in children.get(child, ()))
+        if cmdline == parent_cmdline or not any(helper in cmdline for helper in _HELPERS):
+            found.append(child)
     return found
+
+
+def runs_parents_program(pid: int) -> bool:
+    """Whether ``pid`` has its parent's command line: a fork that did not ``exec`` (as far as /proc tells)."""
+    stat = _read(f"/proc/{pid}/stat")
+    if stat is None:
+        return False
+    ppid = stat[stat.rfind(")") + 2:].split()[1]
+    cmdline = _read(f"/proc/{pid}/cmdline")
+    return cmdline is not None and cmdline == _read(f"/proc/{ppid}/cmdline")
+
+
+def profilable(pid: int, note=lambda text: None) -> TargetProcess | None:
+    """``pid`` when it is a CPython process that can be profiled; a Python process that cannot be
+    is named in a ``note``, other programs and processes that ended are passed over silently."""
+    try:
+        return inspect(pid)
+    except FlameprofError as exc:
+        if "not a Python process" not in str(exc) and alive(pid):
+            note(f"leaving out child process {pid}: {exc}")
+    return None
+
+
+def python_descendants(pid: int, note=lambda text: None) -> list[TargetProcess]:
+    """The CPython processes below ``pid`` that can be profiled (DataLoader workers, ...)."""
+    return [t for t in (profilable(child, note) for child in descendants(pid)) if t is not None]
