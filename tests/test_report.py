@@ -170,3 +170,18 @@ def test_summary_shows_phases_steps_and_verdict_only_for_deep_learning_runs():
     assert "flameprof report out/profile.flameprof" in dl
     plain = format_summary(stepped({"plain": 2}, marks=False), ["out/profile.flameprof"])
     assert "work (/work/app.py:5)" in plain and "verdict" not in plain and "phases" not in plain
+
+
+def test_count_weighted_import_is_reported_in_samples_not_seconds(tmp_path):
+    folded = tmp_path / "c.folded"
+    folded.write_text("main;load;read 30\nmain;load;parse 10\nmain;train 60\n")
+    path = str(tmp_path / "c.flameprof")
+    assert run_flameprof("import", str(folded), "-o", path).returncode == 0
+    proc = run_flameprof("report", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "weighted by sample counts" in proc.stdout
+    assert "60 samples" in proc.stdout and "train" in proc.stdout
+    assert " s " not in proc.stdout.replace("samples", "")
+    data = json.loads(run_flameprof("report", path, "--format", "json").stdout)
+    assert data["unit"] == "samples"
+    assert "| `train` | 60 samples |" in run_flameprof("report", path, "--format", "markdown").stdout

@@ -63,7 +63,7 @@ def _phase_bar(phases: dict) -> str:
 def _phase_table(data: dict) -> str:
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     rows = []
-    for name, secs, pct, st in phase_lines(data["phases"], steady):
+    for name, secs, pct, st in phase_lines(data["phases"], steady, data["unit"]):
         leaf = name.strip()
         swatch = f'<span class="swatch" style="background:{PHASE_COLORS[leaf]}"></span>' if leaf in PHASE_COLORS else ""
         rows.append(f'<tr><td class="name">{swatch}{_e(name)}</td><td>{secs}</td><td>{pct}</td><td>{st}</td></tr>')

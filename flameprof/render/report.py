@@ -1,6 +1,7 @@
 """The deep-learning report: one dictionary with stable keys, rendered as JSON, text or markdown.
 
-JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``samples``, ``threads``,
+JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``unit`` (``s``, or ``samples``
+when the weights are sample counts: imported folded or py-spy text), ``samples``, ``threads``,
 ``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
 ``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
 ``layers``, ``functions``, ``verdict``. Percentages are of the loop thread's wall time (for
@@ -85,6 +86,7 @@ def report_data(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall"
         "report_version": REPORT_VERSION,
         "source": source,
         "duration": _r(profile.duration),
+        "unit": "samples" if profile.meta.get("weight_unit", "seconds") == "count" else "s",
         "samples": profile.num_samples,
         "threads": len(profile.threads),
         "mode": mode,
@@ -110,15 +112,26 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.1f} ms"
 
 
-def phase_lines(phases: dict, steady: dict | None = None) -> list[tuple[str, str, str, str]]:
-    """(name, seconds, percent, steady percent) rows, data's parts indented under it."""
+def _amount(value: float, unit: str) -> str:
+    """Seconds, or a number of samples when the weights are counts (imported folded or py-spy text)."""
+    return f"{value:.3f} s" if unit == "s" else f"{value:g} samples"
+
+
+def _duration(data: dict) -> str:
+    if data["unit"] == "s":
+        return f"duration {data['duration']:.2f} s, {data['samples']} samples"
+    return f"{data['samples']} stacks weighted by sample counts (no times)"
+
+
+def phase_lines(phases: dict, steady: dict | None = None, unit: str = "s") -> list[tuple[str, str, str, str]]:
+    """(name, amount, percent, steady percent) rows, data's parts indented under it."""
     rows = []
     for phase in PHASES:
         entries = [(phase, phases[phase], (steady or {}).get(phase))]
         if phase == "data":
             entries += [(f"  data.{k}", phases["data"][k], (steady or {}).get("data", {}).get(k)) for k in ("wait", "fetch")]
         for name, cell, st in entries:
-            rows.append((name, f"{cell['seconds']:.3f} s", f"{cell['percent']:.1f}%",
+            rows.append((name, _amount(cell['seconds'], unit), f"{cell['percent']:.1f}%",
                          f"{st['percent']:.1f}%" if st else ""))
     return rows
 
@@ -153,12 +166,13 @@ def step_phase_text(step: dict) -> str:
 
 def format_text(data: dict, top: int = TOP) -> str:
     out = [f"flameprof report{': ' + data['source'] if data['source'] else ''}",
-           f"  duration {data['duration']:.2f} s, {data['samples']} samples, {data['threads']} thread(s), "
+           f"  {_duration(data)}, {data['threads']} thread(s), "
            f"loop thread {data['loop_thread'] or '-'}",
            f"  steps: {steps_line(data['steps'])}", "",
            "phases (loop thread wall time)            run     steady steps"]
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
-    for name, secs, pct, st in phase_lines(data["phases"], steady):
+    unit = data["unit"]
+    for name, secs, pct, st in phase_lines(data["phases"], steady, unit):
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
     notable = notable_steps(data["steps"])
     if notable:
@@ -173,11 +187,11 @@ def format_text(data: dict, top: int = TOP) -> str:
         for key in ("self", "total"):
             out += ["", f"top layers by {key} time:"]
             for row in sorted(layers, key=lambda r: -r[key])[:top]:
-                out.append(f"  {row[key + '_percent']:5.1f}%  {row[key]:8.3f} s  {row['name']}")
+                out.append(f"  {row[key + '_percent']:5.1f}%  {_amount(row[key], unit):>10}  {row['name']}")
     if data["functions"]:
         out += ["", f"top functions by self {data['mode']} time (all threads):"]
         for row in data["functions"][:top]:
-            out.append(f"  {row['self_percent']:5.1f}%  {row['self']:8.3f} s  total {row['total_percent']:5.1f}%  "
+            out.append(f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total {row['total_percent']:5.1f}%  "
                        f"{row['name']}")
     return "\n".join(out) + "\n"
 
@@ -188,7 +202,7 @@ def _md(text: str) -> str:
 
 def format_markdown(data: dict, top: int = TOP) -> str:
     out = [f"# flameprof report{': ' + _md(data['source']) if data['source'] else ''}", "",
-           f"- duration: {data['duration']:.2f} s, {data['samples']} samples, {data['threads']} thread(s)",
+           f"- {_duration(data)}, {data['threads']} thread(s)",
            f"- loop thread: {_md(data['loop_thread'] or '-')}",
            f"- steps: {steps_line(data['steps'])}", "",
            f"**Verdict: {_md(data['verdict']['text'])}**", ""]
@@ -197,7 +211,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         out += ["", "## Processes", ""] + [f"- {_md(line)}" for line in data["processes"]["lines"]]
     out += ["", "## Phases", "", "| phase | time | % of run | % of steady steps |", "| --- | ---: | ---: | ---: |"]
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
-    for name, secs, pct, st in phase_lines(data["phases"], steady):
+    unit = data["unit"]
+    for name, secs, pct, st in phase_lines(data["phases"], steady, unit):
         out.append(f"| {name.strip()} | {secs} | {pct} | {st} |")
     notable = notable_steps(data["steps"])
     if notable:
@@ -206,12 +221,12 @@ def format_markdown(data: dict, top: int = TOP) -> str:
     if data["layers"]:
         out += ["", "## Top layers", "", "| layer | self | self % | total | total % |", "| --- | ---: | ---: | ---: | ---: |"]
         for row in data["layers"][:top]:
-            out.append(f"| {_md(row['name'])} | {row['self']:.3f} s | {row['self_percent']:.1f}% | "
-                       f"{row['total']:.3f} s | {row['total_percent']:.1f}% |")
+            out.append(f"| {_md(row['name'])} | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
+                       f"{_amount(row['total'], unit)} | {row['total_percent']:.1f}% |")
     if data["functions"]:
         out += ["", "## Top functions", "", "| function | self | self % | total % |", "| --- | ---: | ---: | ---: |"]
         for row in data["functions"][:top]:
-            out.append(f"| `{_md(row['name'])}` | {row['self']:.3f} s | {row['self_percent']:.1f}% | "
+            out.append(f"| `{_md(row['name'])}` | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
                        f"{row['total_percent']:.1f}% |")
     return "\n".join(out) + "\n"
 
