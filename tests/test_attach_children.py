@@ -17,7 +17,8 @@ DURATION = 2.0
 
 # Starts (with multiprocessing's CONTEXT) a child running child_spin for CHILD_SECONDS, one after
 # the other; each child reports how many threads it has at its end (a sampler's clock or an agent's
-# thread adds one). SIGUSR1 prints what the attach must leave as it was; SIGUSR2 ends the loop.
+# thread adds one). SIGUSR1 prints what the attach must leave as it was; SIGUSR2 prints it again
+# and ends the loop.
 CHILDREN = r'''
 import multiprocessing as mp, os, signal, sys, threading, time
 
@@ -37,7 +38,7 @@ def state(*_):
 if __name__ == "__main__":
     signal.signal(signal.SIGUSR1, state)
     stop = []
-    signal.signal(signal.SIGUSR2, lambda *_: stop.append(1))
+    signal.signal(signal.SIGUSR2, lambda *_: (state(), stop.append(1)))
     ctx = mp.get_context(CONTEXT)
     print("ready", flush=True)
     n = 0
@@ -106,6 +107,19 @@ def attach(pid: int, out, duration: float = DURATION) -> tuple[float, float]:
     return began, time.time()
 
 
+def attach_and_end(target: Target, out, duration: float, prefix: str, more: int) -> tuple[float, float, list[str]]:
+    """Attach, let the target print ``more`` lines that start with ``prefix`` after the detach, end it
+    with SIGUSR2; (time profiling began, time the CLI ended, the target's output)."""
+    try:
+        began, ended = attach(target.proc.pid, out, duration)
+        target.wait_for(prefix, len(target.wait_for(prefix)) + more)
+        target.proc.send_signal(signal.SIGUSR2)
+        assert target.proc.wait(timeout=30) == 0
+        return began, ended, target.lines()
+    finally:
+        target.close()
+
+
 def seconds_in(profile, function: str) -> dict[int, float]:
     """Sampled wall seconds per pid of the samples that are inside ``function``."""
     frames = profile.all_stack_frames()
@@ -120,17 +134,10 @@ def seconds_in(profile, function: str) -> dict[int, float]:
 
 def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
     target = Target(tmp_path, source=children_source("fork", 0.2))
-    try:
-        before = target.state(1)
-        began, ended = attach(target.proc.pid, tmp_path / "out")
-        after = target.state(2)
-        target.wait_for("child", len(target.wait_for("started")) + 3)  # children forked after the detach
-        target.proc.send_signal(signal.SIGUSR2)
-        assert target.proc.wait(timeout=30) == 0
-        lines = target.lines()
-    finally:
-        target.close()
-    assert after == before  # threads, os._exit, SIGTERM handler and environment as they were
+    before = target.state(1)
+    began, ended, lines = attach_and_end(target, tmp_path / "out", DURATION, "child", 3)
+    # threads, os._exit, the SIGTERM handler and the environment after the detach as before it
+    assert [line for line in lines if line.startswith("state")] == [before, before]
     assert lines[-1] == "done"
     started = started_children(lines)
     joined = [line for line in lines if line.startswith("joined")]
@@ -166,14 +173,7 @@ def started_children(lines: list[str]) -> dict[int, tuple[int, float]]:
 
 def test_children_spawned_during_the_attach_are_injected_as_they_appear(tmp_path):
     target = Target(tmp_path, source=children_source("spawn", 1.5))
-    try:
-        began, ended = attach(target.proc.pid, tmp_path / "out", duration=4.0)
-        target.wait_for("child", len(target.wait_for("started")) + 1)  # one started after the detach
-        target.proc.send_signal(signal.SIGUSR2)
-        assert target.proc.wait(timeout=30) == 0
-        lines = target.lines()
-    finally:
-        target.close()
+    began, ended, lines = attach_and_end(target, tmp_path / "out", 4.0, "child", 2)
     started = started_children(lines)
     tasks = {int(w[1]): int(w[3]) for w in (line.split() for line in lines) if w[0] == "child"}
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
@@ -191,16 +191,7 @@ def test_children_spawned_during_the_attach_are_injected_as_they_appear(tmp_path
 
 
 def test_dataloader_workers_of_each_epoch_are_followed(tmp_path):
-    target = Target(tmp_path, source=DATALOADER)
-    try:
-        began, ended = attach(target.proc.pid, tmp_path / "out")
-        epochs_after = len(target.wait_for("sum"))
-        target.wait_for("sum", epochs_after + 2)  # the loop goes on after the detach
-        target.proc.send_signal(signal.SIGUSR2)
-        assert target.proc.wait(timeout=30) == 0
-        lines = target.lines()
-    finally:
-        target.close()
+    began, ended, lines = attach_and_end(Target(tmp_path, source=DATALOADER), tmp_path / "out", DURATION, "sum", 2)
     assert lines[-1] == "done"
     assert not [line for line in lines[:-1] if not line.startswith(("ready", "epoch", "sum"))]
     sums = [line.split() for line in lines if line.startswith("sum")]
