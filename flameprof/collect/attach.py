@@ -339,7 +339,7 @@ def record(target: TargetProcess, duration: float | None, rate: float,
         if not sees_paths(target.pid, paths):
             raise InjectUnavailable(elsewhere)
         known = {target.pid, *(c.pid for c in children)}
-        for child in [c for c in children if not sees_paths(c.pid, paths)]:
+        for child in [c for c in children if not sees_paths(c.pid, paths) and alive(c.pid)]:
             note(f"leaving out child process {child.pid}: {elsewhere}")
         children = [c for c in children if sees_paths(c.pid, paths)]
         payload = bootstrap_source(channel.path, _package_dir())

@@ -79,7 +79,8 @@ class ChildWatcher:
             self.done.add(pid)
         elif not sees_paths(pid, self.paths):
             self.done.add(pid)
-            self.note(f"leaving out child process {pid}: it sees other files (a container, or a private /tmp)")
+            if alive(pid):
+                self.note(f"leaving out child process {pid}: it sees other files (a container, or a private /tmp)")
         else:
             self.admit(child)
             self.running[pid] = (child, self.pool.submit(self.inject, child))
