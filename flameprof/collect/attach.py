@@ -52,6 +52,7 @@ CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a byteco
 START_TIMEOUT = 60.0     # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
 FOLLOWED_GRACE = 3.0     # seconds for followed children to write their final part after the detach
+LIVENESS_INTERVAL = 0.5  # seconds between checks that a process whose agent is silent still runs
 BOOTSTRAP_ERROR = "bootstrap-error"
 
 # Runs inside gdb's Python. It and the payload come from gdb's environment, never from its command
@@ -302,7 +303,7 @@ class _Remote:
         self.events = _Events(conn)
         self.result: dict | None = None  # the "saved" or "error" event; {} when the connection ended
 
-    def pump(self, timeout: float | None) -> None:
+    def pump(self, timeout: float | None) -> dict | None:
         """Read what the agent sent within ``timeout``; sets ``result`` when it finished."""
         event = self.events.next(timeout)
         if event is None:
@@ -310,6 +311,16 @@ class _Remote:
                 self.result = {}
         elif event.get("event") in ("saved", "error"):
             self.result = event
+        return event
+
+    def settle_if_gone(self) -> None:
+        """Set ``result`` when the process is gone without one. The end of file may never come: a
+        child forked while the agent ran holds a copy of the connection."""
+        if self.result is None and not alive(self.target.pid):
+            while self.result is None and self.pump(0) is not None:  # what it sent before it ended
+                pass
+            if self.result is None:
+                self.result = {}
 
     def fail(self, message: str, note: Callable[[str], None], error: type = FlameprofError) -> None:
         """The main process's problem ends the attach; a child's is noted and the child left out."""
@@ -452,9 +463,9 @@ def _wait(channel: Channel, remotes: list[_Remote], by_pid: dict[int, TargetProc
                 watcher.poll()
             live = [r for r in remotes if r.result is None]
             waiting = [channel.server] if len(channel.accepted) < len(by_pid) else []
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic()))
             if watcher is not None:
-                left = WATCH_INTERVAL if left is None else min(left, WATCH_INTERVAL)
+                left = min(left, WATCH_INTERVAL)
             ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
             if channel.server in ready:
                 remote = _accept(channel, by_pid, main.target.pid, config, 0)
@@ -463,6 +474,7 @@ def _wait(channel: Channel, remotes: list[_Remote], by_pid: dict[int, TargetProc
             for remote in live:
                 if remote.conn in ready:
                     remote.pump(0)
+            main.settle_if_gone()
     except KeyboardInterrupt:
         pass
 
@@ -478,7 +490,8 @@ def _stop(remotes: list[_Remote]) -> None:
     deadline = time.monotonic() + SAVE_TIMEOUT
     for remote in remotes:
         while remote.result is None and time.monotonic() < deadline:
-            remote.pump(max(0.0, deadline - time.monotonic()))
+            remote.pump(max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic())))
+            remote.settle_if_gone()
 
 
 def _collect(channel: Channel, remote: _Remote, note: Callable[[str], None]) -> "Profile | None":

@@ -149,7 +149,7 @@ class _Agent:
             self.t_start = SESSION.now()
             self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
             if follow_forks:
-                self.follower = _ForkFollower.start(self.channel, rate)
+                self.follower = _ForkFollower.start(self.channel, rate, self.sock)
         except BaseException:
             SESSION.release()
             raise
@@ -225,22 +225,23 @@ class _ForkFollower:
     in the target it does nothing, in a child it watches for the end of the attach.
     """
 
-    def __init__(self, channel: str) -> None:
+    def __init__(self, channel: str, sock: socket.socket) -> None:
         self.channel = channel
         self.detached = os.path.join(channel, DETACHED)
         self.pid = os.getpid()
         self.next_check = 0.0
         self.ending = False
+        self.inherited: socket.socket | None = sock  # a child's copy would keep the CLI from seeing the end
 
     @classmethod
-    def start(cls, channel: str, rate: float) -> "_ForkFollower | None":
+    def start(cls, channel: str, rate: float, sock: socket.socket) -> "_ForkFollower | None":
         """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
         from ..profiler import SESSION
         from . import children
 
         if children.following_forks():
             return None
-        follower = cls(channel)
+        follower = cls(channel, sock)
         children.enable_tree(channel, rate)
         SESSION.sampler.tick_hooks.append(follower.tick)
         return follower
@@ -260,6 +261,9 @@ class _ForkFollower:
         """On the sampler's thread of every process that has it; acts only in a followed child."""
         if self.ending or os.getpid() == self.pid:
             return
+        if self.inherited is not None:  # the target's connection, copied by the fork: this child's copy goes
+            self.inherited.close()
+            self.inherited = None
         now = time.monotonic()
         if now < self.next_check:
             return
