@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
                         "when injection is impossible)")
     p.add_argument("--subprocesses", action="store_true",
-                   help="also profile the process's Python child processes (DataLoader workers)")
+                   help="also profile the process's Python child processes (DataLoader workers), also those "
+                        "started during the attach")
     p.add_argument("--backward-layers", action="store_true",
                    help="as for flameprof run (inject only): attribute backward time to layers with autograd hooks")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
