@@ -7,7 +7,7 @@
  * (``frame_id(text) -> int``) and for rare inputs whose meaning depends on Python's own rules
  * (non-ASCII whitespace, counts that are not plain digits), so both readers agree on every input.
  *
- * Interning is two hash tables: label bytes -> frame id (small, stays in cache), and
+ * Interning is two hash tables: label bytes -> frame id (a few thousand labels), and
  * (parent stack, frame) -> stack. The second is addressed by a hash of the whole frame path, which
  * depends only on the labels: a line's slots are computed and prefetched before the walk, so its
  * cache misses overlap instead of following one another.
@@ -461,7 +461,7 @@ parse_line(Parser *self, const char *s, Py_ssize_t n)
 static PyObject *
 Parser_feed(Parser *self, PyObject *arg)
 {
-    if (self->labels == NULL) {
+    if (self->slots == NULL) {      /* allocated last by __init__ */
         PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
         return NULL;
     }
@@ -505,7 +505,7 @@ bytearray_of(const Buffer *b)
 static PyObject *
 Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->labels == NULL) {
+    if (self->slots == NULL) {      /* allocated last by __init__ */
         PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
         return NULL;
     }
