@@ -8,6 +8,7 @@ configuration runs once per round, in the same order, and only medians are compa
     python scripts/bench_overhead.py                 # everything, 5 rounds
     python scripts/bench_overhead.py --only micro,memory,size
     python scripts/bench_overhead.py --rounds 7 --only overhead
+    python scripts/bench_overhead.py --only blocks   # flameprof alone, in-process: finer interleaving
 """
 
 from __future__ import annotations
@@ -40,12 +41,7 @@ def step():
         counts[key] = counts.get(key, 0) + i
     return fib(16) + len(sorted(counts.values()))
 
-for _ in range(20):
-    step()
-start = time.perf_counter()
-for _ in range(STEPS):
-    step()
-print(f"TIMED {time.perf_counter() - start:.6f}")
+DRIVER
 """
 
 TORCH_TRAIN = """
@@ -66,7 +62,12 @@ def step():
     loss.backward()
     optimizer.step()
 
-for _ in range(50):
+DRIVER
+"""
+
+# The timed section of a separate run: warm up, then time STEPS steps.
+TIMED_DRIVER = """
+for _ in range(WARMUP):
     step()
 start = time.perf_counter()
 for _ in range(STEPS):
@@ -74,7 +75,42 @@ for _ in range(STEPS):
 print(f"TIMED {time.perf_counter() - start:.6f}")
 """
 
-WORKLOADS = {"pure-python": (PURE_PYTHON, 250), "torch-train": (TORCH_TRAIN, 2500)}
+# In one process: blocks of STEPS steps, each configuration once per round in a rotating order,
+# the profiler started before and stopped after its block (outside the timing). Interleaving at
+# this grain lets the machine's noise hit every configuration alike.
+BLOCKS_DRIVER = """
+import json, os
+from flameprof.profiler import Profiler
+CONFIGS = [("off", None, 0), ("native", "1", 100), ("native", "1", 1000), ("python", "0", 100), ("python", "0", 1000)]
+for _ in range(WARMUP):
+    step()
+times = {i: [] for i in range(len(CONFIGS))}
+achieved = {i: [] for i in range(len(CONFIGS))}
+for r in range(ROUNDS):
+    for k in range(len(CONFIGS)):
+        i = (r + k) % len(CONFIGS)
+        name, native, rate = CONFIGS[i]
+        profiler = None
+        if rate:
+            os.environ["FLAMEPROF_NATIVE"] = native
+            profiler = Profiler(rate=rate).start()
+        start = time.perf_counter()
+        for _ in range(STEPS):
+            step()
+        times[i].append(time.perf_counter() - start)
+        if profiler is not None:
+            achieved[i].append(profiler.stop().meta.get("achieved_rate", 0.0))
+print("BLOCKS " + json.dumps({"configs": CONFIGS, "times": times, "achieved": achieved}))
+"""
+
+# name: (source defining step(), steps timed in a separate run, warm-up steps)
+WORKLOADS = {"pure-python": (PURE_PYTHON, 250, 20), "torch-train": (TORCH_TRAIN, 2500, 50)}
+
+
+def workload_source(workload: str, driver: str, steps: int, rounds: int = 0) -> str:
+    source, _, warmup = WORKLOADS[workload]
+    return (source.replace("DRIVER", driver).replace("STEPS", str(steps)).replace("WARMUP", str(warmup))
+            .replace("ROUNDS", str(rounds)))
 TARGETS = {100: 1.0, 1000: 3.0}  # % slowdown allowed for flameprof's native sampler
 
 
@@ -133,13 +169,13 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
     failures = []
     with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
         for workload in workloads:
-            source, steps = WORKLOADS[workload]
+            source, steps, _ = WORKLOADS[workload]
             if "import torch" in source and not _has_module("torch"):
                 report.append(f"{workload}: skipped (no torch for {sys.executable})")
                 continue
             path = os.path.join(tmp, workload.replace("-", "_") + ".py")
             with open(path, "w") as fh:
-                fh.write(source.replace("STEPS", str(steps)))
+                fh.write(workload_source(workload, TIMED_DRIVER, steps))
             configs = configurations(os.path.join(tmp, "out"))
             times: dict[str, list[float]] = {name: [] for name, _, _ in configs}
             achieved: dict[str, list[float]] = {}
@@ -170,6 +206,50 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
                 report.append(f"  {name:28s} {slowdown:+7.2f} %{note}")
     if failures:
         report.append("overhead targets missed (noisy shared machine? rerun with more rounds): " + ", ".join(failures))
+    return report
+
+
+def bench_blocks(rounds: int, workloads: list[str]) -> list[str]:
+    """flameprof's samplers switched on and off between blocks of the same run (see BLOCKS_DRIVER).
+
+    The slowdown of a configuration is the median over rounds of its block time over that round's
+    unprofiled block; the separate-process comparison with other tools is bench_overhead()."""
+    report = [f"in-process blocks ({rounds} rounds, configurations interleaved in a rotating order):"]
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
+        for workload in workloads:
+            source, steps, _ = WORKLOADS[workload]
+            if "import torch" in source and not _has_module("torch"):
+                report.append(f"  {workload}: skipped (no torch for {sys.executable})")
+                continue
+            path = os.path.join(tmp, workload.replace("-", "_") + "_blocks.py")
+            with open(path, "w") as fh:  # a block is a fifth of the separate run's timed section
+                fh.write(workload_source(workload, BLOCKS_DRIVER, max(1, steps // 5), rounds))
+            proc = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=1800,
+                                  env=dict(os.environ, PYTHONPATH=REPO))
+            lines = [line for line in proc.stdout.splitlines() if line.startswith("BLOCKS ")]
+            if proc.returncode != 0 or not lines:
+                report.append(f"  {workload}: failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+                continue
+            data = json.loads(lines[-1][len("BLOCKS "):])
+            off = data["times"]["0"]
+            report.append(f"  {workload}: unprofiled block median {statistics.median(off) * 1000:.1f} ms")
+            for i, (name, _, rate) in enumerate(data["configs"]):
+                if not rate:
+                    continue
+                ratios = [t / o for t, o in zip(data["times"][str(i)], off)]
+                slowdown = 100 * (statistics.median(ratios) - 1)
+                note = f"  (achieved {statistics.median(data['achieved'][str(i)]):.0f} Hz)"
+                target = TARGETS.get(rate) if name == "native" else None
+                if target is not None:
+                    ok = slowdown <= target
+                    note += f"  target <= {target:g}%: {'ok' if ok else 'MISSED'}"
+                    if not ok:
+                        failures.append(f"{workload} {name} {rate} Hz")
+                label = f"flameprof {name} {rate} Hz"
+                report.append(f"    {label:28s} {slowdown:+7.2f} %{note}")
+    if failures:
+        report.append("  targets missed: " + ", ".join(failures))
     return report
 
 
@@ -291,8 +371,8 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per configuration (default 5)")
-    parser.add_argument("--only", default="overhead,micro,memory,size",
-                        help="comma-separated parts: overhead, micro, memory, size")
+    parser.add_argument("--only", default="blocks,overhead,micro,memory,size",
+                        help="comma-separated parts: blocks, overhead, micro, memory, size")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help=f"comma-separated workloads for overhead (default: {','.join(WORKLOADS)})")
     args = parser.parse_args()
@@ -310,6 +390,8 @@ def main() -> int:
         if "size" in parts:
             show(bench_size(sampler))
         del sampler
+    if "blocks" in parts:
+        show(bench_blocks(args.rounds * 6, args.workloads.split(",")))
     if "overhead" in parts:
         show(bench_overhead(args.rounds, args.workloads.split(",")))
     if FAILURES:

@@ -70,17 +70,13 @@ def thread_identity(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int,
     return builder.thread_id(pid, native_id or ident, name), native_id
 
 
-def call_hook(hook, frame):
-    """``hook(frame)`` with the garbage collector off before 3.12: reading another thread's
-    ``frame.f_locals`` there builds a dict, and a collection during that lets the thread finish
-    the frame meanwhile (CPython 3.11 then crashes)."""
-    if sys.version_info >= (3, 12) or not gc.isenabled():
-        return hook(frame)
-    gc.disable()
-    try:
-        return hook(frame)
-    finally:
-        gc.enable()
+# Before 3.12 an allocation may run a garbage collection on the spot, and its finalizers may let
+# another thread run. Reading another thread's stack allocates (``sys._current_frames()`` and
+# ``frame.f_back`` build frame objects lazily on 3.11, ``frame.f_locals`` builds a dict): if that
+# thread finishes the frame being built meanwhile, CPython 3.11 writes through a stale pointer and
+# crashes (seen in a PyTorch training loop). So a sample runs with the collector off there, as the
+# C sampler's does; the allocations still count, and the program's next one collects.
+_PAUSE_GC = sys.version_info < (3, 12)
 
 
 def truncation_marker(builder: ProfileBuilder, dropped: int) -> int:
@@ -119,6 +115,16 @@ class PythonSampler(SamplerBase):
 
     def sample(self, exclude: int | None = None) -> None:
         """Take one sample of every thread but ``exclude`` (the sampler's own)."""
+        paused = _PAUSE_GC and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            self._sample(exclude)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _sample(self, exclude: int | None) -> None:
         start = time.perf_counter()
         frames = sys._current_frames()
         builder = self.builder
@@ -151,7 +157,7 @@ class PythonSampler(SamplerBase):
                 if fid >= 0:
                     hook = hooks.get(code) if hooks else None
                     if hook is not None:
-                        extra = call_hook(hook, f)
+                        extra = hook(f)
                         if extra is not None:
                             ids.append(builder.frame(extra))
                             owners.append(None)
