@@ -63,8 +63,8 @@ for minor in $PYTHONS; do
       continue
     fi
   fi
-  if ! (cd "$venv" && FLAMEPROF_NATIVE=1 bin/python -c "import flameprof._native"); then
-    echo "test_pythons: CPython $minor: flameprof._native did not build or import" >&2
+  if ! (cd "$venv" && bin/python -c "import flameprof._native, flameprof._folded"); then
+    echo "test_pythons: CPython $minor: flameprof._native or flameprof._folded did not build or import" >&2
     cat "$venv/install.log" >&2
     status=1
     continue
