@@ -107,10 +107,16 @@ print("BLOCKS " + json.dumps({"configs": CONFIGS, "times": times, "achieved": ac
 WORKLOADS = {"pure-python": (PURE_PYTHON, 250, 20), "torch-train": (TORCH_TRAIN, 2500, 50)}
 
 
-def workload_source(workload: str, driver: str, steps: int, rounds: int = 0) -> str:
+def write_workload(tmp: str, workload: str, driver: str, steps: int, rounds: int = 0) -> str | None:
+    """The workload's script with ``driver`` in ``tmp``, or None when it needs torch and there is none."""
     source, _, warmup = WORKLOADS[workload]
-    return (source.replace("DRIVER", driver).replace("STEPS", str(steps)).replace("WARMUP", str(warmup))
-            .replace("ROUNDS", str(rounds)))
+    if "import torch" in source and not _has_module("torch"):
+        return None
+    path = os.path.join(tmp, f"{workload.replace('-', '_')}_{rounds}.py")
+    with open(path, "w") as fh:
+        fh.write(source.replace("DRIVER", driver).replace("STEPS", str(steps)).replace("WARMUP", str(warmup))
+                 .replace("ROUNDS", str(rounds)))
+    return path
 TARGETS = {100: 1.0, 1000: 3.0}  # % slowdown allowed for flameprof's native sampler
 
 
@@ -169,13 +175,10 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
     failures = []
     with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
         for workload in workloads:
-            source, steps, _ = WORKLOADS[workload]
-            if "import torch" in source and not _has_module("torch"):
+            path = write_workload(tmp, workload, TIMED_DRIVER, WORKLOADS[workload][1])
+            if path is None:
                 report.append(f"{workload}: skipped (no torch for {sys.executable})")
                 continue
-            path = os.path.join(tmp, workload.replace("-", "_") + ".py")
-            with open(path, "w") as fh:
-                fh.write(workload_source(workload, TIMED_DRIVER, steps))
             configs = configurations(os.path.join(tmp, "out"))
             times: dict[str, list[float]] = {name: [] for name, _, _ in configs}
             achieved: dict[str, list[float]] = {}
@@ -218,13 +221,11 @@ def bench_blocks(rounds: int, workloads: list[str]) -> list[str]:
     failures = []
     with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
         for workload in workloads:
-            source, steps, _ = WORKLOADS[workload]
-            if "import torch" in source and not _has_module("torch"):
+            # a block is a fifth of the separate run's timed section
+            path = write_workload(tmp, workload, BLOCKS_DRIVER, max(1, WORKLOADS[workload][1] // 5), rounds)
+            if path is None:
                 report.append(f"  {workload}: skipped (no torch for {sys.executable})")
                 continue
-            path = os.path.join(tmp, workload.replace("-", "_") + "_blocks.py")
-            with open(path, "w") as fh:  # a block is a fifth of the separate run's timed section
-                fh.write(workload_source(workload, BLOCKS_DRIVER, max(1, steps // 5), rounds))
             proc = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=1800,
                                   env=dict(os.environ, PYTHONPATH=REPO))
             lines = [line for line in proc.stdout.splitlines() if line.startswith("BLOCKS ")]
