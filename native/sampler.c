@@ -23,6 +23,7 @@
 #include <time.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 
 #define SKIP_FRAME (-1)
 #define BOUNDARY_FRAME (-2)
@@ -751,6 +752,9 @@ Sampler_sample(Sampler *s, PyObject *args)
  */
 #define PENDING_CALLS_PROMPT (PY_VERSION_HEX >= 0x030D0000)
 
+/* Faults of the thread's own doing: never blocked (faulthandler reports them). */
+static const int SYNCHRONOUS_SIGNALS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t cond;
@@ -993,7 +997,16 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.alive = 1;
     clk.lowered_from = 0;
     s->last_tick = monotonic();
+    /* The clock thread starts with the program's signals blocked, so the kernel delivers them to
+     * the program's threads: before 3.13 a handler tripped in another thread than the main one
+     * does not wake the main thread's eval loop, and the Python handler may then never run. */
+    sigset_t blocked, saved;
+    sigfillset(&blocked);
+    for (size_t i = 0; i < sizeof(SYNCHRONOUS_SIGNALS) / sizeof(int); i++)
+        sigdelset(&blocked, SYNCHRONOUS_SIGNALS[i]);
+    pthread_sigmask(SIG_BLOCK, &blocked, &saved);
     int err = pthread_create(&clk.thread, NULL, clock_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (err != 0) {
         clk.alive = 0;
         Py_CLEAR(clk.on_slow);

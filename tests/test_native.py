@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -323,6 +324,35 @@ def test_stop_and_restart():
     assert len(sampler) > first
     assert sampler.builder.num_samples == len(sampler)
     assert 0 < sampler.achieved_rate() <= 600
+
+
+def _blocked_signals(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as fh:
+        return int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
+
+
+@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+def test_sampler_thread_leaves_the_programs_signals_to_the_programs_threads(sampler_class):
+    # Before 3.13 a Python signal handler tripped in a thread other than the main one may never run.
+    bit = lambda sig: 1 << (sig - 1)  # noqa: E731
+    before = set(os.listdir("/proc/self/task"))
+    main_mask = _blocked_signals(threading.get_native_id())
+    sampler = sampler_class(ProfileBuilder(), rate=200)
+    sampler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while sampler.achieved_rate() == 0 and time.monotonic() < deadline:  # its thread has begun
+            time.sleep(0.01)
+        new = set(os.listdir("/proc/self/task")) - before
+        assert len(new) == 1
+        mask = _blocked_signals(int(new.pop()))
+    finally:
+        sampler.stop()
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGALRM):
+        assert mask & bit(sig), sig
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT):
+        assert not mask & bit(sig), sig
+    assert _blocked_signals(threading.get_native_id()) == main_mask
 
 
 def test_one_native_clock_per_process():

@@ -8,12 +8,17 @@ fills (boundary codes, layer hooks, user scopes), so they produce the same profi
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
 from typing import Callable
 
 from ..records import ProfileBuilder
+
+# Every signal but the faults a thread causes itself (faulthandler reports those).
+_ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                           signal.SIGABRT, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP}
 
 
 class _WatchedDict(dict):
@@ -145,7 +150,14 @@ class SamplerBase:
     def _start_thread(self) -> None:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
-        self._thread.start()
+        # The thread starts with the program's signals blocked (it inherits the mask), so the kernel
+        # delivers them to the program's threads: before 3.13 a handler tripped in another thread
+        # than the main one does not wake the main thread's eval loop, and may then never run.
+        saved = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+        try:
+            self._thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
     def _stop_thread(self) -> int | None:
         """Stop sampling; returns the ident of the thread that sampled (excluded from the final sample)."""
