@@ -109,7 +109,10 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
     init = ascii(os.path.join(package_dir, "__init__.py"))
     error_file = ascii(os.path.join(channel, BOOTSTRAP_ERROR) + "-")
     body = (
-        "import os, sys\n"
+        "import os, signal, sys\n"
+        # the program's signals go to the program's threads (see backend.start_without_signals)
+        "signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS,"
+        " signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP})\n"
         "try:\n"
         "    if 'flameprof' not in sys.modules:\n"
         "        import importlib.util\n"

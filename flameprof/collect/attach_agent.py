@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 
+from .backend import start_without_signals
 from .parts import part_path
 
 SOCKET_NAME = "control.sock"
@@ -270,7 +271,7 @@ class _ForkFollower:
         self.next_check = now + CHECK_INTERVAL
         if os.path.exists(self.detached) or not os.path.isdir(self.channel):
             self.ending = True  # stopping the sampler waits for this thread: another thread does it
-            threading.Thread(target=self.end_child, name=DETACH_THREAD, daemon=True).start()
+            start_without_signals(threading.Thread(target=self.end_child, name=DETACH_THREAD, daemon=True))
 
     def end_child(self) -> None:
         """In a followed child: write the final part, stop sampling, release everything."""

@@ -150,14 +150,7 @@ class SamplerBase:
     def _start_thread(self) -> None:
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="flameprof-sampler", daemon=True)
-        # The thread starts with the program's signals blocked (it inherits the mask), so the kernel
-        # delivers them to the program's threads: before 3.13 a handler tripped in another thread
-        # than the main one does not wake the main thread's eval loop, and may then never run.
-        saved = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
-        try:
-            self._thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+        start_without_signals(self._thread)
 
     def _stop_thread(self) -> int | None:
         """Stop sampling; returns the ident of the thread that sampled (excluded from the final sample)."""
@@ -193,6 +186,17 @@ class SamplerBase:
                 self._run_tick_hooks()
             except Exception:  # never let a sampling bug reach the target
                 pass
+
+
+def start_without_signals(thread: threading.Thread) -> None:
+    """Start one of flameprof's threads with the program's signals blocked in it (a thread inherits
+    the mask), so the kernel delivers them to the program's threads: before 3.13 a handler tripped
+    in another thread than the main one does not wake the main thread's eval loop, and may never run."""
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 _warned = False
