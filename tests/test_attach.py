@@ -335,7 +335,8 @@ def test_a_process_with_its_own_mount_namespace(tmp_path, private_tmp):
     """Like a systemd service: same files (inject works) or a private /tmp (no channel: py-spy)."""
     loop = "def spin_here():\n    while True:\n        sum(range(10000))\nspin_here()\n"
     setup = "mount -t tmpfs none /tmp && " if private_tmp else ""
-    target = subprocess.Popen(["unshare", "-m", "sh", "-c", f'{setup}exec "$0" -c "$1"', sys.executable, loop])
+    python = os.path.realpath(sys.executable)  # not a venv that may live under the hidden /tmp
+    target = subprocess.Popen(["unshare", "-m", "sh", "-c", f'{setup}exec "$0" -c "$1"', python, loop])
     try:
         deadline = time.monotonic() + 10
         while not os.readlink(f"/proc/{target.pid}/exe").rsplit("/", 1)[-1].startswith("python"):
