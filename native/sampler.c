@@ -746,11 +746,13 @@ Sampler_sample(Sampler *s, PyObject *args)
  * samples itself. Every ``slow_interval`` it also runs a Python callback with the GIL (process
  * counters). One clock per process; fork handlers leave the child with none and sane locks.
  *
- * Pending calls reach the main thread promptly only from 3.13 on: before, a pending call added
- * from another thread is noticed at the main thread's next GIL switch, so there the clock thread
- * takes the GIL itself every tick.
+ * Before 3.13 a pending call added from another thread is noticed at the main thread's next GIL
+ * switch; there the clock also sets the eval-breaker flag (interp_internals.c) so that it is
+ * noticed at once.
  */
-#define PENDING_CALLS_PROMPT (PY_VERSION_HEX >= 0x030D0000)
+#if PY_VERSION_HEX < 0x030D0000
+void flameprof_wake_eval_loop(PyInterpreterState *interp);  /* interp_internals.c */
+#endif
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
 static const int SYNCHRONOUS_SIGNALS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
@@ -860,12 +862,12 @@ quick_switch_interval(void)
 }
 
 #if PY_VERSION_HEX >= 0x030C0000
-unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* switch_interval.c */
+unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* interp_internals.c */
 #endif
 
 /* The interval, or set it when ``set`` is not 0, from a thread without the GIL: 3.10 and 3.11 keep
  * it process-wide; 3.12 per interpreter, reached through the calling thread's current thread state,
- * which the clock thread does not have while it waits (switch_interval.c finds the field). */
+ * which the clock thread does not have while it waits (interp_internals.c finds the field). */
 static unsigned long
 switch_interval(PyThreadState *ts, unsigned long set)
 {
@@ -908,7 +910,7 @@ clock_main(void *unused)
     clk.ident = PyThread_get_thread_ident();
     PyThreadState *ts = PyEval_SaveThread();
     double next = monotonic(), last_slow = next;
-    int main_runs_python = PENDING_CALLS_PROMPT;
+    int main_runs_python = 1;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
         next += clk.interval;
@@ -919,18 +921,23 @@ clock_main(void *unused)
         if (clk.stop)
             break;
         uint64_t seq = ++clk.want;
-        if (main_runs_python) {
-            int queue = !clk.queued;
-            clk.queued = 1;
-            pthread_mutex_unlock(&clk.mu);
-            if (queue && Py_AddPendingCall(pending_sample, NULL) < 0) {
-                pthread_mutex_lock(&clk.mu);
-                clk.queued = 0;
-                pthread_mutex_unlock(&clk.mu);
-            }
+        /* Always ask the main thread (it may have gone back to Python), but wait for it only
+         * while it has been answering. */
+        int queue = !clk.queued;
+        clk.queued = 1;
+        pthread_mutex_unlock(&clk.mu);
+        if (queue && Py_AddPendingCall(pending_sample, NULL) < 0) {
             pthread_mutex_lock(&clk.mu);
-            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop || clk.done >= seq);
+            clk.queued = 0;
+            pthread_mutex_unlock(&clk.mu);
         }
+#if PY_VERSION_HEX < 0x030D0000
+        else
+            flameprof_wake_eval_loop(PyThreadState_GetInterpreter(ts));
+#endif
+        pthread_mutex_lock(&clk.mu);
+        if (main_runs_python)
+            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop || clk.done >= seq);
         int fallback = !clk.stop && clk.claimed < seq;
         now = monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
@@ -939,7 +946,7 @@ clock_main(void *unused)
             acquire_gil(ts);
             /* the main thread's state persists: while it runs Python (it served the pending call
              * first), keep asking it; while it is blocked, sample from here at once */
-            main_runs_python = PENDING_CALLS_PROMPT;
+            main_runs_python = 1;
             if (fallback && claim_tick(seq)) {
                 main_runs_python = 0;
                 if (take_sample(clk.sampler, clk.ident) < 0)
