@@ -3,10 +3,10 @@
  *
  * - the eval-breaker flag (3.10-3.12): a pending call added from another thread than the main one
  *   does not set it there (the flag is computed for the calling thread, which cannot run pending
- *   calls), so the main thread would notice the call only at its next GIL switch. The clock sets
- *   the flag, as a thread waiting for the GIL sets it to ask for a switch: the thread running
- *   Python then checks its pending work at its next bytecode boundary, and the main thread runs
- *   the sample itself without handing the GIL over. 3.13 sets it for the main thread itself.
+ *   calls), so the main thread would notice the call only at its next GIL switch. While the main
+ *   thread holds the GIL (the GIL state's holder), the clock sets the flag, as a thread waiting
+ *   for the GIL sets it to ask for a switch: the main thread then runs the sample itself at its
+ *   next bytecode boundary without handing the GIL over. 3.13 sets it for the main thread itself.
  * - the GIL switch interval (3.12), which the clock lowers for its own wait (see acquire_gil()
  *   in sampler.c): 3.12's _PyEval_SetSwitchInterval() finds the interpreter through the calling
  *   thread's current thread state, which a thread waiting for the GIL does not have.
@@ -21,6 +21,30 @@ void
 flameprof_wake_eval_loop(PyInterpreterState *interp)
 {
     _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
+}
+
+/* The main thread's state (call with the GIL). */
+PyThreadState *
+flameprof_main_thread_state(PyInterpreterState *interp)
+{
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts))
+        if (ts->thread_id == _PyRuntime.main_thread)
+            return ts;
+    return NULL;
+}
+
+/* Whether ``ts`` holds the GIL (read without a lock: a hint). The flag is worth raising only then:
+ * a thread that cannot run the pending call leaves it raised (before 3.13 on Linux nothing lowers
+ * it until its next GIL switch), and would check its pending work at every bytecode boundary. */
+int
+flameprof_holds_gil(PyInterpreterState *interp, PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    struct _gil_runtime_state *gil = interp->ceval.gil;
+#else
+    struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
+#endif
+    return _Py_atomic_load_relaxed(&gil->locked) && (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == ts;
 }
 
 #if PY_VERSION_HEX >= 0x030C0000

@@ -747,11 +747,13 @@ Sampler_sample(Sampler *s, PyObject *args)
  * counters). One clock per process; fork handlers leave the child with none and sane locks.
  *
  * Before 3.13 a pending call added from another thread is noticed at the main thread's next GIL
- * switch; there the clock also sets the eval-breaker flag (interp_internals.c) so that it is
- * noticed at once.
+ * switch; there the clock also sets the eval-breaker flag while the main thread holds the GIL
+ * (interp_internals.c) so that it is noticed at once.
  */
 #if PY_VERSION_HEX < 0x030D0000
 void flameprof_wake_eval_loop(PyInterpreterState *interp);  /* interp_internals.c */
+PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);
+int flameprof_holds_gil(PyInterpreterState *interp, PyThreadState *ts);
 #endif
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
@@ -769,6 +771,7 @@ static struct {
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
     unsigned long lowered_from; /* the program's switch interval while the clock waits with it lowered (0: not) */
     uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
+    PyThreadState *main_ts;    /* the main thread's state, compared with the GIL's holder (before 3.13) */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void
@@ -932,7 +935,7 @@ clock_main(void *unused)
             pthread_mutex_unlock(&clk.mu);
         }
 #if PY_VERSION_HEX < 0x030D0000
-        else
+        else if (clk.main_ts != NULL && flameprof_holds_gil(PyThreadState_GetInterpreter(ts), clk.main_ts))
             flameprof_wake_eval_loop(PyThreadState_GetInterpreter(ts));
 #endif
         pthread_mutex_lock(&clk.mu);
@@ -1003,6 +1006,9 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.ident = 0;
     clk.alive = 1;
     clk.lowered_from = 0;
+#if PY_VERSION_HEX < 0x030D0000
+    clk.main_ts = flameprof_main_thread_state(PyInterpreterState_Get());
+#endif
     s->last_tick = monotonic();
     /* The clock thread starts with the program's signals blocked, so the kernel delivers them to
      * the program's threads: before 3.13 a handler tripped in another thread than the main one
