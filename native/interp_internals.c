@@ -16,6 +16,7 @@
 #define Py_BUILD_CORE 1
 #include <Python.h>
 #include <internal/pycore_interp.h>
+#include <internal/pycore_runtime.h>  /* _PyRuntime: the main thread, the GIL before 3.12 */
 
 void
 flameprof_wake_eval_loop(PyInterpreterState *interp)

@@ -55,6 +55,10 @@ for minor in $PYTHONS; do
   so=flameprof/_native$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
   if [ ! -f "$so" ] || [ -n "$(find native setup.py -newer "$so" -print -quit)" ] \
      || ! (cd "$venv" && bin/python -c "import flameprof" 2>/dev/null); then
+    # The extensions are optional (a failed build is only a warning): remove the old ones first,
+    # so a failed build shows as a failed import below instead of leaving a stale library.
+    # Removing (not overwriting) also leaves any process that has them loaded unharmed.
+    rm -f "$so" "flameprof/_folded${so#flameprof/_native}"
     # no build isolation: the venv already has setuptools, and nothing needs fetching per run
     if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
          > "$venv/install.log" 2>&1; then
