@@ -18,12 +18,6 @@
 #include <internal/pycore_interp.h>
 #include <internal/pycore_runtime.h>  /* _PyRuntime: the main thread, the GIL before 3.12 */
 
-void
-flameprof_wake_eval_loop(PyInterpreterState *interp)
-{
-    _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
-}
-
 /* The main thread's state (call with the GIL). */
 PyThreadState *
 flameprof_main_thread_state(PyInterpreterState *interp)
@@ -34,18 +28,20 @@ flameprof_main_thread_state(PyInterpreterState *interp)
     return NULL;
 }
 
-/* Whether ``ts`` holds the GIL (read without a lock: a hint). The flag is worth raising only then:
- * a thread that cannot run the pending call leaves it raised (before 3.13 on Linux nothing lowers
- * it until its next GIL switch), and would check its pending work at every bytecode boundary. */
-int
-flameprof_holds_gil(PyInterpreterState *interp, PyThreadState *ts)
+/* Raise the eval-breaker flag if ``main`` holds the GIL (the holder is read without a lock: a
+ * hint). Only then: a thread that cannot run the pending call leaves the flag raised (before 3.13
+ * on Linux nothing lowers it until its next GIL switch), and would check its pending work at every
+ * bytecode boundary meanwhile. */
+void
+flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main)
 {
 #if PY_VERSION_HEX >= 0x030C0000
     struct _gil_runtime_state *gil = interp->ceval.gil;
 #else
     struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
 #endif
-    return _Py_atomic_load_relaxed(&gil->locked) && (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == ts;
+    if (_Py_atomic_load_relaxed(&gil->locked) && (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == main)
+        _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
 #if PY_VERSION_HEX >= 0x030C0000

@@ -751,9 +751,8 @@ Sampler_sample(Sampler *s, PyObject *args)
  * (interp_internals.c) so that it is noticed at once.
  */
 #if PY_VERSION_HEX < 0x030D0000
-void flameprof_wake_eval_loop(PyInterpreterState *interp);  /* interp_internals.c */
-PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);
-int flameprof_holds_gil(PyInterpreterState *interp, PyThreadState *ts);
+PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);  /* interp_internals.c */
+void flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main);
 #endif
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
@@ -912,6 +911,9 @@ clock_main(void *unused)
     PyGILState_STATE gil = PyGILState_Ensure();
     clk.ident = PyThread_get_thread_ident();
     PyThreadState *ts = PyEval_SaveThread();
+#if PY_VERSION_HEX < 0x030D0000
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
+#endif
     double next = monotonic(), last_slow = next;
     int main_runs_python = 1;
     pthread_mutex_lock(&clk.mu);
@@ -935,8 +937,8 @@ clock_main(void *unused)
             pthread_mutex_unlock(&clk.mu);
         }
 #if PY_VERSION_HEX < 0x030D0000
-        else if (clk.main_ts != NULL && flameprof_holds_gil(PyThreadState_GetInterpreter(ts), clk.main_ts))
-            flameprof_wake_eval_loop(PyThreadState_GetInterpreter(ts));
+        else if (clk.main_ts != NULL)
+            flameprof_wake_main_thread(interp, clk.main_ts);
 #endif
         pthread_mutex_lock(&clk.mu);
         if (main_runs_python)

@@ -39,6 +39,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
+from .backend import ASYNC_SIGNALS
 from .attach_agent import DETACH_THREAD, FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME, mark_detached
 from .attach_watch import RETRY, WATCH_INTERVAL, ChildWatcher, part_pid
 from .parts import part_files, wait_for_parts
@@ -111,8 +112,7 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
     body = (
         "import os, signal, sys\n"
         # the program's signals go to the program's threads (see backend.start_without_signals)
-        "signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS,"
-        " signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP})\n"
+        f"signal.pthread_sigmask(signal.SIG_BLOCK, {sorted(int(sig) for sig in ASYNC_SIGNALS)})\n"
         "try:\n"
         "    if 'flameprof' not in sys.modules:\n"
         "        import importlib.util\n"

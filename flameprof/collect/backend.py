@@ -17,7 +17,7 @@ from typing import Callable
 from ..records import ProfileBuilder
 
 # Every signal but the faults a thread causes itself (faulthandler reports those).
-_ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
                                            signal.SIGABRT, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP}
 
 
@@ -192,7 +192,7 @@ def start_without_signals(thread: threading.Thread) -> None:
     """Start one of flameprof's threads with the program's signals blocked in it (a thread inherits
     the mask), so the kernel delivers them to the program's threads: before 3.13 a handler tripped
     in another thread than the main one does not wake the main thread's eval loop, and may never run."""
-    saved = signal.pthread_sigmask(signal.SIG_BLOCK, _ASYNC_SIGNALS)
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
     try:
         thread.start()
     finally:
