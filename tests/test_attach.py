@@ -59,8 +59,10 @@ class Target:
     def __init__(self, tmp_path, seconds: float = 60.0, python: str = sys.executable, source: str = TARGET) -> None:
         script = tmp_path / "target.py"
         script.write_text(source)
-        self.stdout = open(tmp_path / "target.out", "w+")
-        self.stderr = open(tmp_path / "target.err", "w+")
+        # Appending: the target and its children share these files' offset with this process, whose
+        # seek(0) to read them must not make their next write overwrite the start.
+        self.stdout = open(tmp_path / "target.out", "a+")
+        self.stderr = open(tmp_path / "target.err", "a+")
         self.proc = subprocess.Popen([python, str(script), str(seconds)], stdout=self.stdout, stderr=self.stderr,
                                      cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         self.wait_for("ready")
