@@ -21,8 +21,13 @@ from flameprof.collect.pyspy_backend import find_pyspy
 from flameprof.collect.target_process import ptrace_denial, python_version
 
 # Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change; SIGUSR2 ends it.
+# Every line is one write (say): the handler can run in the middle of a print, whose pieces reach an
+# unbuffered output one by one, and would land inside another line.
 TARGET = r'''
 import os, signal, sys, threading, time
+
+def say(*words):
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
 
 def spin_here():
     total = 0
@@ -34,22 +39,22 @@ def state(*_):
     names = sorted(t.name for t in threading.enumerate())
     handlers = [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)]
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "torch"))
-    print("state", names, handlers, sorted(globals()), sys.path[:3], heavy, flush=True)
+    say("state", names, handlers, sorted(globals()), sys.path[:3], heavy)
 
 signal.signal(signal.SIGUSR1, state)
 signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
 worker = threading.Thread(target=lambda: time.sleep(3600), name="worker", daemon=True)
 worker.start()
-print("ready", flush=True)
+say("ready")
 end = time.time() + float(sys.argv[1])
 n = 0
 while time.time() < end:
     spin_here()
     n += 1
     if n % 5 == 0:
-        print("tick", n // 5, flush=True)
+        say("tick", n // 5)
     time.sleep(0.001)
-print("done", flush=True)
+say("done")
 '''
 
 
@@ -315,7 +320,7 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
     assert profile.meta["backend"] == "py-spy" and profile.meta["pid"] == target.proc.pid
     spin = [f for f in profile.frames if f.name == "spin_here"]
-    assert spin and spin[0].file.endswith("target.py") and spin[0].line == 4  # full path, first line
+    assert spin and spin[0].file.endswith("target.py") and spin[0].line == TARGET.splitlines().index("def spin_here():") + 1  # full path, first line
     assert {t.pid for t in profile.threads} == {target.proc.pid}
     assert target.proc.poll() is None
     (bin_dir / "py-spy").unlink()

@@ -18,9 +18,12 @@ DURATION = 2.0
 # Starts (with multiprocessing's CONTEXT) a child running child_spin for CHILD_SECONDS, one after
 # the other; each child reports how many threads it has at its end (a sampler's clock or an agent's
 # thread adds one). SIGUSR1 prints what the attach must leave as it was; SIGUSR2 prints it again
-# and ends the loop.
+# and ends the loop. Every line is one write, as in test_attach's TARGET.
 CHILDREN = r'''
 import multiprocessing as mp, os, signal, sys, threading, time
+
+def say(*words):
+    os.write(1, (" ".join(map(str, words)) + "\n").encode())
 
 def child_spin(n):
     end = time.time() + CHILD_SECONDS
@@ -28,29 +31,29 @@ def child_spin(n):
     while time.time() < end:
         for i in range(20000):
             total += i * i
-    print("child", n, os.getpid(), len(os.listdir("/proc/self/task")), flush=True)
+    say("child", n, os.getpid(), len(os.listdir("/proc/self/task")))
 
 def state(*_):
     names = sorted(t.name for t in threading.enumerate())
     env = sorted(k for k in os.environ if "FLAMEPROF" in k) + [os.environ.get("PYTHONPATH", "")]
-    print("state", names, os._exit.__module__, signal.getsignal(signal.SIGTERM), env, flush=True)
+    say("state", names, os._exit.__module__, signal.getsignal(signal.SIGTERM), env)
 
 if __name__ == "__main__":
     signal.signal(signal.SIGUSR1, state)
     stop = []
     signal.signal(signal.SIGUSR2, lambda *_: (state(), stop.append(1)))
     ctx = mp.get_context(CONTEXT)
-    print("ready", flush=True)
+    say("ready")
     n = 0
     while not stop:
         p = ctx.Process(target=child_spin, args=(n,))
         p.start()
-        print("started", n, p.pid, time.time(), flush=True)
+        say("started", n, p.pid, time.time())
         p.join()
-        print("joined", n, p.exitcode, flush=True)
+        say("joined", n, p.exitcode)
         n += 1
         time.sleep(0.1)
-    print("done", flush=True)
+    say("done")
 '''
 
 # A training-like loop whose DataLoader workers are re-created every epoch; SIGUSR2 ends it.
