@@ -465,8 +465,9 @@ find_thread(Sampler *s, unsigned long ident)
     return NULL;
 }
 
+/* A thread seen for the first time in a tick ``interval`` seconds after the previous one. */
 static ThreadRec *
-new_thread(Sampler *s, unsigned long ident)
+new_thread(Sampler *s, unsigned long ident, double interval)
 {
     PyObject *key = PyLong_FromUnsignedLong(ident);
     if (key == NULL)
@@ -488,7 +489,11 @@ new_thread(Sampler *s, unsigned long ident)
     /* glibc's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): a dead thread's clock fails with EINVAL */
     t->clock = (clockid_t)(((~(long)native_id) << 3) | 6);
     t->fresh = 1;
+    /* as first_cpu_baseline in sampler.py: a thread whose whole CPU time fits in the interval may
+     * have started within it, and all of it is its first row's */
     t->last_cpu = read_cpu(t);
+    if (t->last_cpu != NO_CPU && t->last_cpu <= interval)
+        t->last_cpu = 0.0;
     t->seen = 0;
     return t;
 }
@@ -686,7 +691,7 @@ take_sample(Sampler *s, unsigned long exclude)
     for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
         Walk *w = &s->walks[i];
         ThreadRec *t = find_thread(s, w->ident);
-        if (t == NULL && (t = new_thread(s, w->ident)) == NULL) {
+        if (t == NULL && (t = new_thread(s, w->ident, now - s->last_tick)) == NULL) {
             PyErr_Clear();
             continue;
         }

@@ -146,6 +146,35 @@ def test_thread_identity_wall_and_cpu_match_the_python_semantics():
             assert abs(walls[1:] - (times[1:] - times[:-1])).max() < 1e-6  # time since its previous sample
 
 
+def spin_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+def test_a_thread_started_while_sampling_has_all_its_cpu_time_recorded(sampler_class):
+    """Its CPU clock starts with it: the time before its first sample is counted too."""
+    cpu = {}
+
+    def work() -> None:
+        spin_cpu(0.2)
+        cpu["spun"] = time.thread_time()
+        time.sleep(0.2)  # alive, so a later sample closes the interval the spin ended in
+
+    sampler = sampler_class(ProfileBuilder(), rate=20.0)  # long intervals: the first one matters
+    sampler.start()
+    time.sleep(0.1)
+    thread = threading.Thread(target=work, name="late")
+    thread.start()
+    thread.join()
+    sampler.stop()
+    profile = sampler.builder.build()
+    index = [t.name for t in profile.threads].index("late")
+    recorded = float(profile.sample_cpu[profile.sample_thread == index].sum())
+    assert cpu["spun"] - 0.005 <= recorded <= cpu["spun"] + 0.02, (recorded, cpu)
+
+
 def test_hot_stacks_agree_between_samplers_running_together():
     stop = threading.Event()
 

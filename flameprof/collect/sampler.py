@@ -43,6 +43,19 @@ def read_cpu(clock: int | None) -> float | None:
         return None
 
 
+def first_cpu_baseline(cpu_now: float | None, interval: float) -> float | None:
+    """Where a newly seen thread's CPU count starts.
+
+    A thread whose whole CPU time fits in the interval since the previous tick may have started
+    within it: all of that time is its first sample's (else up to one interval of a new thread's
+    work went unrecorded). An older thread counts from now. Either way the error is at most one
+    interval of the thread's CPU time.
+    """
+    if cpu_now is not None and cpu_now <= interval:
+        return 0.0
+    return cpu_now
+
+
 class _ThreadState:
     __slots__ = ("index", "clock", "last_wall", "last_cpu")
 
@@ -142,7 +155,8 @@ class PythonSampler(SamplerBase):
             if state is None:
                 index, native_id = thread_identity(builder, self.pid, ident)
                 clock = thread_cpu_clock(native_id)
-                state = states[ident] = _ThreadState(index, clock, self._last_tick, read_cpu(clock))
+                baseline = first_cpu_baseline(read_cpu(clock), now - self._last_tick)
+                state = states[ident] = _ThreadState(index, clock, self._last_tick, baseline)
             ids: list[int] = []
             owners: list = []
             thread_scopes = scopes.get(ident)
