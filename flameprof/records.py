@@ -6,7 +6,7 @@ that interns them. No numpy here, so the sampler can import it inside a profiled
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 if TYPE_CHECKING:
     from .model import Profile
@@ -42,9 +42,11 @@ class ProcessInfo:
     ppid: int = 0
 
 
-@dataclass(frozen=True)
-class Mark:
-    """A timestamped event on a thread: a step boundary, a phase hint from a user scope, ..."""
+class Mark(NamedTuple):
+    """A timestamped event on a thread: a step boundary, a phase hint from a user scope, ...
+
+    A named tuple: marks are made in the program's hot loop (one per optimizer step), and a
+    tuple is built several times faster than a frozen dataclass."""
 
     time: float
     thread: int

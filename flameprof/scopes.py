@@ -24,6 +24,7 @@ _BUILDER: Any = None
 _PHASES: dict[str, str] = {}
 _FRAMES: dict[tuple[str, str], Frame] = {}
 _get_ident = threading.get_ident
+_THREAD = threading.local()  # .index: (builder, this thread's index in it), see mark()
 user_steps = False  # set once flameprof.step() was called in this session: it then defines the steps
 
 
@@ -171,14 +172,21 @@ def scope_end() -> None:
 
 
 def mark(name: str, value: str = "") -> None:
-    """Record a timestamped event on this thread, on the sampler's time base."""
+    """Record a timestamped event on this thread, on the sampler's time base.
+
+    Called once per optimizer step in the program's loop, so the thread's index in the builder is
+    looked up once per thread and session (a thread-local, which a reused thread ident cannot
+    mislead), not per call."""
     sampler, builder = _SAMPLER, _BUILDER
     if sampler is None or builder is None:
         return
     now = time.perf_counter() - sampler.t0
-    thread = threading.current_thread()
-    index = builder.thread_id(sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name)
-    builder.marks.append(Mark(now, index, name, value))
+    cached = getattr(_THREAD, "index", None)
+    if cached is None or cached[0] is not builder:
+        thread = threading.current_thread()
+        index = builder.thread_id(sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name)
+        cached = _THREAD.index = (builder, index)
+    builder.marks.append(Mark(now, cached[1], name, value))
 
 
 def step() -> None:

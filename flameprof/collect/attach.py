@@ -35,7 +35,6 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
@@ -594,5 +593,5 @@ def _without_thread(profile: "Profile", pid: int, tid: int) -> "Profile":
     remap = np.arange(len(profile.threads)) - (np.arange(len(profile.threads)) > index)
     profile.sample_thread = remap[profile.sample_thread].astype(np.int32)
     profile.threads = [t for i, t in enumerate(profile.threads) if i != index]
-    profile.marks = [replace(m, thread=int(remap[m.thread])) for m in profile.marks if m.thread != index]
+    profile.marks = [m._replace(thread=int(remap[m.thread])) for m in profile.marks if m.thread != index]
     return profile
