@@ -24,13 +24,15 @@ _BUILDER: Any = None
 _PHASES: dict[str, str] = {}
 _FRAMES: dict[tuple[str, str], Frame] = {}
 _get_ident = threading.get_ident
-_THREAD = threading.local()  # .index: (builder, this thread's index in it), see mark()
+_THREAD = threading.local()  # .index: (session, pid, this thread's index in the builder), see mark()
+_SESSION = 0  # counts activate() calls
 user_steps = False  # set once flameprof.step() was called in this session: it then defines the steps
 
 
 def activate(sampler: Any, builder: Any) -> None:
     """Start recording scopes and marks into ``sampler``/``builder`` (called when a session starts)."""
-    global _SCOPES, _SAMPLER, _BUILDER, _PHASES, user_steps
+    global _SCOPES, _SAMPLER, _BUILDER, _PHASES, _SESSION, user_steps
+    _SESSION += 1
     _PHASES = builder.meta.setdefault("scope_phases", {})
     _SAMPLER, _BUILDER, user_steps = sampler, builder, False
     _SCOPES = sampler.scopes
@@ -175,18 +177,18 @@ def mark(name: str, value: str = "") -> None:
     """Record a timestamped event on this thread, on the sampler's time base.
 
     Called once per optimizer step in the program's loop, so the thread's index in the builder is
-    looked up once per thread and session (a thread-local, which a reused thread ident cannot
-    mislead), not per call."""
+    looked up once per thread, session and process (a thread-local, which a reused thread ident
+    cannot mislead, and which keeps no builder alive; a forked child has a new pid), not per call."""
     sampler, builder = _SAMPLER, _BUILDER
     if sampler is None or builder is None:
         return
     now = time.perf_counter() - sampler.t0
     cached = getattr(_THREAD, "index", None)
-    if cached is None or cached[0] is not builder:
+    if cached is None or cached[0] != _SESSION or cached[1] != sampler.pid:
         thread = threading.current_thread()
         index = builder.thread_id(sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name)
-        cached = _THREAD.index = (builder, index)
-    builder.marks.append(Mark(now, cached[1], name, value))
+        cached = _THREAD.index = (_SESSION, sampler.pid, index)
+    builder.marks.append(Mark(now, cached[2], name, value))
 
 
 def step() -> None:

@@ -320,7 +320,8 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
     assert profile.meta["backend"] == "py-spy" and profile.meta["pid"] == target.proc.pid
     spin = [f for f in profile.frames if f.name == "spin_here"]
-    assert spin and spin[0].file.endswith("target.py") and spin[0].line == TARGET.splitlines().index("def spin_here():") + 1  # full path, first line
+    first_line = TARGET.splitlines().index("def spin_here():") + 1
+    assert spin and spin[0].file.endswith("target.py") and spin[0].line == first_line  # full path, first line
     assert {t.pid for t in profile.threads} == {target.proc.pid}
     assert target.proc.poll() is None
     (bin_dir / "py-spy").unlink()

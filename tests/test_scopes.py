@@ -1,5 +1,6 @@
 """User scopes and step marks: flameprof.scope / scope_start / scope_end / step."""
 
+import os
 import threading
 import time
 
@@ -137,3 +138,23 @@ def test_scopes_named_per_call_are_all_closed_and_their_caches_stay_bounded():
         open_scopes = list(SESSION.sampler.scopes.get(threading.get_ident(), []))
     assert open_scopes == []
     assert len(scopes._INSTANCES) <= 4097 and len(scopes._FRAMES) <= 4097
+
+
+def test_marks_name_the_thread_of_each_session_and_process_that_made_them():
+    """mark() keeps a thread's index per thread: a new session, another thread or a forked
+    child (the same builder under a new pid) must each get their own."""
+    for _ in range(2):  # the second session's builder starts from scratch
+        with Profiler() as p:
+            flameprof.step()
+            other = threading.Thread(target=flameprof.step, name="other-stepper")
+            other.start()
+            other.join()
+            SESSION.sampler.pid += 1  # what a forked child's sampler has
+            try:
+                flameprof.step()
+            finally:
+                SESSION.sampler.pid -= 1
+        threads = [(p.profile.threads[m.thread].name, p.profile.threads[m.thread].pid)
+                   for m in p.profile.marks if m.name == "step"]
+        me, pid = threading.current_thread().name, os.getpid()
+        assert threads == [(me, pid), ("other-stepper", pid), (me, pid + 1)]
