@@ -919,7 +919,9 @@ clock_main(void *unused)
 #if PY_VERSION_HEX < 0x030D0000
     PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
 #endif
-    double next = monotonic(), last_slow = next;
+    /* the slow callback runs at the first tick (a followed fork writes its part then), then every
+     * slow_interval */
+    double next = monotonic(), last_slow = next - clk.slow_interval;
     int main_runs_python = 1;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
