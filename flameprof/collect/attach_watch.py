@@ -50,7 +50,6 @@ class ChildWatcher:
         self.first_seen: dict[int, float] = {}
         self.tries: dict[int, int] = {}
         self.running: dict[int, tuple[TargetProcess, Future]] = {}
-        self.injected: list[TargetProcess] = []
         self.pool = ThreadPoolExecutor(max_workers=2)
         self.next_look = 0.0
 
@@ -90,9 +89,7 @@ class ChildWatcher:
         if failure == RETRY and tries < START_RETRIES and alive(child.pid):
             return  # looked at again at the next look
         self.done.add(child.pid)
-        if failure is None:
-            self.injected.append(child)
-        elif alive(child.pid):
+        if failure is not None and alive(child.pid):
             self.note(f"leaving out child process {child.pid}: "
                       + ("its interpreter did not start" if failure == RETRY else failure))
 

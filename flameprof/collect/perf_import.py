@@ -122,7 +122,7 @@ class PerfScriptParser:
             data = leftover + chunk if leftover else chunk
             blocks = data.split(b"\n\n")
             leftover = blocks.pop()
-            yield from self._blocks_by_line(blocks) if self.options.srcline else self._blocks(blocks)
+            yield from self._blocks(blocks)
             self._lines_done += data.count(b"\n") - leftover.count(b"\n")
         if leftover:
             # No blank line after it: the Perl script drops this last sample; an import keeps it.
@@ -144,8 +144,10 @@ class PerfScriptParser:
     # -- block processing --------------------------------------------------------------------
     def _blocks(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
         """Each block is followed by a blank line. Fast path: a header line, a leaf line (its piece
-        cached) and the lines below it (their value cached); anything else takes the slow path."""
-        header_match = _HEADER.match
+        cached) and the lines below it (their value cached); anything else takes the slow path, and
+        with ``srcline`` every block does: a frame line's source lines are read blindly (blank lines
+        and headers included), as the Perl script reads them."""
+        header_match = None if self.options.srcline else _HEADER.match
         line_caches = self._line_cache
         rest_caches = self._rest_cache
         extend = self.extend
@@ -153,7 +155,7 @@ class PerfScriptParser:
         for block in blocks:
             nl = block.find(b"\n")
             header = block if nl < 0 else block[:nl]
-            m = header_match(header) if header and header[0] not in _NOT_HEADER_START else None
+            m = header_match(header) if header_match and header and header[0] not in _NOT_HEADER_START else None
             if m is not None:
                 java = header[:4] == b"java"
                 if nl < 0:
@@ -181,15 +183,6 @@ class PerfScriptParser:
                         yield header, kept, self._period, value
                     offset += below.nlines + (2 if leaf is None else 3)
                     continue
-            lines = block.split(b"\n")
-            yield from self._slow(lines, offset, flush=True)
-            offset += len(lines) + 1
-
-    def _blocks_by_line(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
-        """With ``srcline`` every line goes through the state machine: a frame line's source lines
-        are read blindly (blank lines and headers included), as the Perl script reads them."""
-        offset = 0
-        for block in blocks:
             lines = block.split(b"\n")
             yield from self._slow(lines, offset, flush=True)
             offset += len(lines) + 1

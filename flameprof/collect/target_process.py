@@ -38,6 +38,13 @@ def _read(path: str) -> str | None:
         return None
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent's pid),
+    or None when the process is gone. The name may hold spaces and parentheses: split after the last ")"."""
+    stat = _read(f"/proc/{pid}/stat")
+    return None if stat is None else stat[stat.rfind(")") + 2:].split()
+
+
 def capabilities() -> int:
     """This process's effective capability mask (0 when unknown)."""
     status = _read("/proc/self/status") or ""
@@ -65,10 +72,9 @@ def is_descendant(pid: int, ancestor: int) -> bool:
     """True when ``pid`` is ``ancestor``'s child, grandchild, ..."""
     seen = 0
     while pid > 1 and seen < 4096:
-        stat = _read(f"/proc/{pid}/stat")
-        if stat is None:
+        fields = _stat_fields(pid)
+        if fields is None:
             return False
-        fields = stat[stat.rfind(")") + 2:].split()
         pid = int(fields[1])
         if pid == ancestor:
             return True
@@ -183,8 +189,8 @@ def _looks_like_python(pid: int) -> bool:
 
 def alive(pid: int) -> bool:
     """True while ``pid`` exists and has not exited (a zombie has)."""
-    stat = _read(f"/proc/{pid}/stat")
-    return stat is not None and stat[stat.rfind(")") + 2:stat.rfind(")") + 3] not in ("Z", "X")
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
@@ -194,9 +200,8 @@ def _children_map() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = _read(f"/proc/{name}/stat")
-            if stat:
-                fields = stat[stat.rfind(")") + 2:].split()
+            fields = _stat_fields(name)
+            if fields:
                 children.setdefault(int(fields[1]), []).append(int(name))
     return children
 
@@ -218,10 +223,10 @@ def descendants(pid: int) -> list[int]:
 
 def runs_parents_program(pid: int) -> bool:
     """Whether ``pid`` has its parent's command line: a fork that did not ``exec`` (as far as /proc tells)."""
-    stat = _read(f"/proc/{pid}/stat")
-    if stat is None:
+    fields = _stat_fields(pid)
+    if fields is None:
         return False
-    ppid = stat[stat.rfind(")") + 2:].split()[1]
+    ppid = fields[1]
     cmdline = _read(f"/proc/{pid}/cmdline")
     return cmdline is not None and cmdline == _read(f"/proc/{ppid}/cmdline")
 
