@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import os
 import shutil
@@ -224,7 +225,8 @@ def test_the_targets_parent_sees_no_stop_and_no_sigchld(tmp_path):
         watcher.stdin.flush()
         assert watcher.stdout.readline() == "[] None\n"
     finally:
-        os.kill(int(child), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # the watcher kills and reaps it after its report
+            os.kill(int(child), signal.SIGKILL)
         watcher.kill()
         watcher.wait()
 

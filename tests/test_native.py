@@ -477,6 +477,9 @@ def test_interpreter_exit_while_sampling_is_clean():
 def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_hangs():
     # Walking frames makes frame objects; a collection started by that allocation runs __del__
     # methods (Python code) that could switch threads and pop the frames being walked.
+    # Each thread makes a bounded number of objects: while one thread is in a collection, running
+    # finalizers, the others allocate freely, and with no bound CPython 3.13 went on to one
+    # collection of millions of objects (3.4 GB, over a minute) with or without a sampler.
     proc = run_script("""
         import gc, threading, time
         from flameprof.collect.native_sampler import NativeSampler
@@ -492,7 +495,9 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
             return deep(n - 1) if n else sum(range(10))
 
         def churn(stop):
-            while not stop.is_set():
+            for _ in range(1000):
+                if stop.is_set():
+                    break
                 for _ in range(200):
                     Cyclic()
                 deep(30)
@@ -509,7 +514,9 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
             t.start()
         sampler.start()
         end = time.perf_counter() + 1.5
-        while time.perf_counter() < end:
+        for _ in range(40000):
+            if time.perf_counter() > end:
+                break
             layered(20)
         sampler.stop()
         stop.set()
