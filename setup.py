@@ -11,7 +11,7 @@ setup(
     ext_modules=[
         Extension(
             "flameprof._native",
-            sources=["native/sampler.c", "native/interp_internals.c"],
+            sources=["native/sampler.c", "native/steps.c", "native/interp_internals.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -6,7 +6,7 @@ that interns them. No numpy here, so the sampler can import it inside a profiled
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 if TYPE_CHECKING:
     from .model import Profile
@@ -75,6 +75,9 @@ class ProfileBuilder:
         # (time, thread, stack, wall, cpu) arrays; their rows come before the list columns' rows.
         self.sample_stores: list = []
         self.marks: list[Mark] = []
+        # Callables that move marks recorded elsewhere (the C step hook's buffer) into ``marks``;
+        # collect_marks() runs them before the marks are read.
+        self.mark_sources: list[Callable[[], None]] = []
         self.counters: dict[str, tuple[list[float], list[float]]] = {}
         self.meta: dict = dict(meta or {})
 
@@ -129,10 +132,16 @@ class ProfileBuilder:
     def num_samples(self) -> int:
         return sum(len(store) for store in self.sample_stores) + len(self.time)
 
+    def collect_marks(self) -> None:
+        for source in self.mark_sources:
+            source()
+
     def build(self) -> "Profile":
         import numpy as np
 
         from .model import Profile
+
+        self.collect_marks()
 
         columns = [np.asarray(self.time, dtype=np.float64), np.asarray(self.thread, dtype=np.int32),
                    np.asarray(self.stack, dtype=np.int32), np.asarray(self.wall, dtype=np.float64),
@@ -151,7 +160,7 @@ class ProfileBuilder:
             sample_stack=columns[2],
             sample_wall=columns[3],
             sample_cpu=columns[4],
-            marks=list(self.marks),
+            marks=sorted(self.marks, key=lambda m: m.time),  # drained sources append late
             counters={k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
                       for k, (t, v) in self.counters.items()},
             meta=dict(self.meta),

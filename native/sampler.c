@@ -767,8 +767,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_t thread;
-    int alive, stop, queued;
-    uint64_t want, claimed, done;
+    int alive, stop, queued;   /* stop and queued: read and written atomically (the main thread takes no lock) */
+    uint64_t want, claimed;    /* atomic: the newest tick requested, the newest one a thread took */
     double interval, slow_interval;
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
@@ -809,36 +809,29 @@ timespec_at(double t)
             ;                                                                         \
     } while (0)
 
+#define LOAD(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
+#define STORE(field, value) __atomic_store_n(&(field), (value), __ATOMIC_RELEASE)
+
+/* Whether tick ``seq`` is this thread's to take: each tick is sampled once, by the main thread in
+ * a pending call or by the clock thread. Lock-free, so the main thread never wakes the clock
+ * thread: a futex handshake per tick made the scheduler switch the clock thread in on the main
+ * thread's core, several context switches a tick. */
 static int
 claim_tick(uint64_t seq)
 {
-    pthread_mutex_lock(&clk.mu);
-    int mine = clk.alive && !clk.stop && clk.claimed < seq;
-    if (mine)
-        clk.claimed = seq;
-    pthread_mutex_unlock(&clk.mu);
-    return mine;
-}
-
-static void
-finish_tick(uint64_t seq)
-{
-    pthread_mutex_lock(&clk.mu);
-    if (clk.done < seq)
-        clk.done = seq;
-    pthread_cond_broadcast(&clk.cond);
-    pthread_mutex_unlock(&clk.mu);
+    uint64_t claimed = LOAD(clk.claimed);
+    while (claimed < seq && !LOAD(clk.stop))
+        if (__atomic_compare_exchange_n(&clk.claimed, &claimed, seq, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return 1;
+    return 0;
 }
 
 /* Runs on the main thread with the GIL, between two bytecodes: must never raise. */
 static int
 pending_sample(void *unused)
 {
-    pthread_mutex_lock(&clk.mu);
-    clk.queued = 0;
-    uint64_t seq = clk.want;
-    pthread_mutex_unlock(&clk.mu);
-    if (!claim_tick(seq))
+    STORE(clk.queued, 0);
+    if (!claim_tick(LOAD(clk.want)))
         return 0;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -846,10 +839,9 @@ pending_sample(void *unused)
     Py_INCREF(s);
     if (take_sample(s, clk.ident) < 0)
         PyErr_Clear();
-    clk.by_pending++;
+    __atomic_add_fetch(&clk.by_pending, 1, __ATOMIC_RELEASE);
     Py_DECREF(s);
     PyErr_Restore(et, ev, tb);
-    finish_tick(seq);
     return 0;
 }
 
@@ -922,7 +914,7 @@ clock_main(void *unused)
     /* the slow callback runs at the first tick (a followed fork writes its part then), then every
      * slow_interval */
     double next = monotonic(), last_slow = next - clk.slow_interval;
-    int main_runs_python = 1;
+    uint64_t answered = LOAD(clk.by_pending);  /* pending calls the main thread had served by the last tick */
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
         next += clk.interval;
@@ -932,39 +924,29 @@ clock_main(void *unused)
         WAIT_UNTIL(next, clk.stop);
         if (clk.stop)
             break;
-        uint64_t seq = ++clk.want;
-        /* Always ask the main thread (it may have gone back to Python), but wait for it only
-         * while it has been answering. */
-        int queue = !clk.queued;
-        clk.queued = 1;
+        /* Always ask the main thread (it may have gone back to Python). If it served no request
+         * during the last interval, it is blocked (a C call, a sleep, a wait for the GIL): sample
+         * from here, now. The clock never waits for an answer, so nothing wakes it but its timer. */
+        uint64_t served = LOAD(clk.by_pending);
+        int fallback = LOAD(clk.want) > 0 && served == answered;
+        answered = served;
+        uint64_t seq = __atomic_add_fetch(&clk.want, 1, __ATOMIC_ACQ_REL);
+        int queue = !__atomic_exchange_n(&clk.queued, 1, __ATOMIC_ACQ_REL);
+        now = monotonic();
+        int slow = clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
-        if (queue && Py_AddPendingCall(pending_sample, NULL) < 0) {
-            pthread_mutex_lock(&clk.mu);
-            clk.queued = 0;
-            pthread_mutex_unlock(&clk.mu);
-        }
+        if (queue && Py_AddPendingCall(pending_sample, NULL) < 0)
+            STORE(clk.queued, 0);
 #if PY_VERSION_HEX < 0x030D0000
         else if (clk.main_ts != NULL)
             flameprof_wake_main_thread(interp, clk.main_ts);
 #endif
-        pthread_mutex_lock(&clk.mu);
-        if (main_runs_python)
-            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop || clk.done >= seq);
-        int fallback = !clk.stop && clk.claimed < seq;
-        now = monotonic();
-        int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
-        pthread_mutex_unlock(&clk.mu);
         if (fallback || slow) {
             acquire_gil(ts);
-            /* the main thread's state persists: while it runs Python (it served the pending call
-             * first), keep asking it; while it is blocked, sample from here at once */
-            main_runs_python = 1;
             if (fallback && claim_tick(seq)) {
-                main_runs_python = 0;
                 if (take_sample(clk.sampler, clk.ident) < 0)
                     PyErr_Clear();
                 clk.by_clock++;
-                finish_tick(seq);
             }
             if (slow && clk.on_slow != NULL) {
                 last_slow = now;
@@ -1010,7 +992,7 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.interval = interval;
     clk.slow_interval = slow_interval;
     clk.stop = clk.queued = 0;
-    clk.want = clk.claimed = clk.done = 0;
+    clk.want = clk.claimed = 0;
     clk.by_pending = clk.by_clock = 0;
     clk.ident = 0;
     clk.alive = 1;
@@ -1047,7 +1029,7 @@ stop_clock(PyObject *unused1, PyObject *unused2)
     pthread_mutex_lock(&clk.mu);
     int alive = clk.alive;
     int self = alive && pthread_equal(clk.thread, pthread_self());
-    clk.stop = 1;
+    STORE(clk.stop, 1);
     pthread_cond_broadcast(&clk.cond);
     pthread_mutex_unlock(&clk.mu);
     if (!alive || self)  /* called from the clock thread (a slow callback): it ends after this */
@@ -1078,8 +1060,8 @@ static PyObject *
 clock_stats(PyObject *unused1, PyObject *unused2)
 {
     pthread_mutex_lock(&clk.mu);
-    PyObject *r = Py_BuildValue("{sKsKsK}", "ticks_requested", (unsigned long long)clk.want,
-                                "by_pending_call", (unsigned long long)clk.by_pending,
+    PyObject *r = Py_BuildValue("{sKsKsK}", "ticks_requested", (unsigned long long)LOAD(clk.want),
+                                "by_pending_call", (unsigned long long)LOAD(clk.by_pending),
                                 "by_clock_thread", (unsigned long long)clk.by_clock);
     pthread_mutex_unlock(&clk.mu);
     return r;
@@ -1307,6 +1289,8 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+int flameprof_add_step_recorder(PyObject *module);  /* steps.c */
+
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "flameprof._native", "flameprof's C sampling fast path.", -1, module_methods,
 };
@@ -1328,6 +1312,10 @@ PyInit__native(void)
     Py_INCREF(&SamplerType);
     if (PyModule_AddObject(m, "Sampler", (PyObject *)&SamplerType) < 0) {
         Py_DECREF(&SamplerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (flameprof_add_step_recorder(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

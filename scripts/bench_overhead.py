@@ -77,7 +77,10 @@ print(f"TIMED {time.perf_counter() - start:.6f}")
 
 # In one process: blocks of STEPS steps, each configuration once per round in a rotating order,
 # the profiler started before and stopped after its block (outside the timing). Interleaving at
-# this grain lets the machine's noise hit every configuration alike.
+# this grain lets the machine's noise hit every configuration alike. As in a separate run, where
+# the timed section follows a warm-up under the profiler, each block follows 50 ms of untimed
+# steps: a session's first samples intern every frame they meet and its first tick starts the
+# process counters, once per session, which a 100 ms block would otherwise count as overhead.
 BLOCKS_DRIVER = """
 import json, os
 from flameprof.profiler import Profiler
@@ -94,6 +97,9 @@ for r in range(ROUNDS):
         if rate:
             os.environ["FLAMEPROF_NATIVE"] = native
             profiler = Profiler(rate=rate).start()
+        warm = time.perf_counter() + 0.05
+        while time.perf_counter() < warm:
+            step()
         start = time.perf_counter()
         for _ in range(STEPS):
             step()

@@ -1,11 +1,13 @@
 """Torch instrumentation while profiling: step and batch marks, backward layers, install and removal."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import warnings
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -38,7 +40,14 @@ def make_loader(batches=5):
     return DataLoader(data, batch_size=4)
 
 
-def test_optimizer_steps_and_batches_are_counted_once_per_iteration():
+@pytest.fixture(params=["native", "python"])
+def sampler_kind(request, monkeypatch):
+    """Both samplers: with the C one the step hook is ``_native.StepRecorder``, else a Python function."""
+    monkeypatch.setenv("FLAMEPROF_NATIVE", "1" if request.param == "native" else "0")
+    return request.param
+
+
+def test_optimizer_steps_and_batches_are_counted_once_per_iteration(sampler_kind):
     model = nn.Linear(3, 2)
     gen = torch.optim.SGD(model.parameters(), lr=0.1)
     disc = torch.optim.Adam(model.parameters(), lr=0.1)  # a second optimizer stepping each iteration
@@ -47,19 +56,52 @@ def test_optimizer_steps_and_batches_are_counted_once_per_iteration():
         train(model, [gen, disc], loader, epochs=2)
         for _ in other:
             pass
+    assert p.profile.meta["sampler"] == sampler_kind
     steps = marks(p.profile, "step")
     assert len(steps) == 10 and {m.value for m in steps} == {"optimizer"}
+    main = [i for i, t in enumerate(p.profile.threads) if t.name == "MainThread"]
+    assert {m.thread for m in steps} == set(main) and len(main) == 1
     batches = marks(p.profile, "batch")
     assert [m.value for m in batches] == ["0"] * 10 + ["1"] * 3
     assert all(b.time < s.time for b, s in zip(batches, steps))  # each batch arrives before its step ends
 
 
-def test_explicit_flameprof_step_replaces_optimizer_steps():
+def test_explicit_flameprof_step_replaces_optimizer_steps(sampler_kind):
     model = nn.Linear(3, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with Profiler(rate=1000) as p:
         train(model, [opt], make_loader(7), user_steps=True)
     assert [m.value for m in marks(p.profile, "step")] == ["user"] * 7
+
+
+def test_a_new_optimizer_counts_once_the_first_is_gone(sampler_kind):
+    model = nn.Linear(3, 2)
+    with Profiler(rate=1000) as p:
+        train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(2))
+        train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(3))
+    times = [m.time for m in marks(p.profile, "step")]
+    assert len(times) == 5 and times == sorted(times)
+
+
+def test_steps_recorded_in_c_before_a_fork_stay_with_the_parent():
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os
+        from flameprof import _native
+        class Optimizer: pass
+        first, other = Optimizer(), Optimizer()
+        recorder = _native.StepRecorder()
+        recorder(first, (), {}); recorder(other, (), {}); recorder(first, (), {})
+        pid = os.fork()
+        if pid == 0:
+            before = len(recorder.take())
+            recorder(first, (), {})
+            rows = recorder.take()
+            os._exit(0 if before == 0 and len(rows) == 1 and rows[0][2] == os.getpid() else 3)
+        _, status = os.waitpid(pid, 0)
+        rows = recorder.take()
+        print(os.waitstatus_to_exitcode(status), len(rows), rows[0][2] == os.getpid())
+    """)], capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.stdout.split() == ["0", "2", "True"], proc.stderr
 
 
 def test_hooks_are_removed_when_profiling_stops():

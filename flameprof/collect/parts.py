@@ -122,6 +122,7 @@ class PartWriter:
             return 0.0
         try:
             b = self.builder
+            b.collect_marks()
             n = self._add_new_samples()
             if n == self.written and not final:
                 return 0.0

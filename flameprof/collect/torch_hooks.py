@@ -9,7 +9,9 @@ not changed while the program iterates them. The parts:
 * layer frames: ``Module._call_impl``'s code is registered as a sampler frame hook
   (see layers.py); no module hook is installed, so the forward path is untouched;
 * ``step`` marks when an optimizer's ``step()`` returns (torch's global optimizer post hook; only
-  the first live optimizer counts, and none once the program calls ``flameprof.step()``);
+  the first live optimizer counts, and none once the program calls ``flameprof.step()``); with
+  the C sampler the hook is ``_native.StepRecorder`` (native/steps.c), whose buffer is drained
+  into the builder's marks when they are read;
 * ``batch`` marks when a DataLoader iterator hands out a batch (``_BaseDataLoaderIter.__next__``
   is wrapped), value = index of the dataset in order of first batch;
 * with ``backward_layers``: global full backward (pre-)hooks put a ``layer`` scope named
@@ -29,6 +31,7 @@ import weakref
 from typing import Any, Callable
 
 from .. import scopes
+from ..records import Mark
 from .import_watch import ImportWatch
 from .layers import NAMER
 
@@ -92,7 +95,29 @@ class TorchHooks:
 
     # -- steps ----------------------------------------------------------------------------
     def _install_optimizer(self, module: Any) -> None:
-        self._undo.append(module.register_optimizer_step_post_hook(self._on_optimizer_step).remove)
+        hook: Callable[..., None] = self._on_optimizer_step
+        if self.sampler.kind == "native":
+            from .. import _native
+
+            hook = recorder = _native.StepRecorder()
+            self.sampler.builder.mark_sources.append(lambda: self._drain_steps(recorder))
+        self._undo.append(module.register_optimizer_step_post_hook(hook).remove)
+
+    def _drain_steps(self, recorder: Any) -> None:
+        """The C hook's steps as marks, as ``_on_optimizer_step`` would have made them."""
+        rows = recorder.take()
+        if not rows or scopes.user_steps:
+            return
+        sampler = self.sampler
+        builder, t0, pid = sampler.builder, sampler.t0, sampler.pid
+        index: dict[int, int] = {}
+        for t, ident, native_id in rows:
+            thread = index.get(ident)
+            if thread is None:
+                live = threading._active.get(ident)  # type: ignore[attr-defined]
+                name = live.name if live is not None else f"Thread-{ident}"
+                thread = index[ident] = builder.thread_id(pid, native_id, name)
+            builder.marks.append(Mark(t - t0, thread, "step", "optimizer"))
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
