@@ -773,7 +773,8 @@ static struct {
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
-    unsigned long lowered_from; /* the program's switch interval while the clock waits with it lowered (0: not) */
+    unsigned long lowered_from; /* the program's switch interval while the clock has it lowered (0: not) */
+    unsigned long lowered_to;   /* the value it is lowered to */
     uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
     PyThreadState *main_ts;    /* the main thread's state, compared with the GIL's holder (before 3.13) */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -852,13 +853,42 @@ pending_sample(void *unused)
  * microseconds, which starved a collection that ran finalizers until garbage piled up). */
 #define LOWER_PER_WAIT (PY_VERSION_HEX < 0x030D0000)
 
-#if LOWER_PER_WAIT
+#define HOOK_SWITCH_INTERVAL 50  /* microseconds, while the clock thread runs the tick hooks */
+
 static unsigned long
 quick_switch_interval(void)
 {
     unsigned long quick = (unsigned long)(clk.interval * 1e6 / 8);
     return quick < 20 ? 20 : quick;
 }
+
+/* The switch interval in microseconds, first set to ``set`` when that is not 0; with the GIL
+ * held (3.13 keeps the setter internal: sys's functions then). 0 when it cannot be read. */
+static unsigned long
+gil_switch_interval(unsigned long set)
+{
+#if PY_VERSION_HEX < 0x030D0000
+    if (set)
+        _PyEval_SetSwitchInterval(set);
+    return _PyEval_GetSwitchInterval();
+#else
+    PyObject *setter = PySys_GetObject("setswitchinterval"), *getter = PySys_GetObject("getswitchinterval");
+    if (setter == NULL || getter == NULL)
+        return 0;
+    PyObject *r = set ? PyObject_CallFunction(setter, "d", ((double)set + 0.5) * 1e-6)  /* sys truncates */ : NULL;
+    Py_XDECREF(r);
+    r = PyObject_CallNoArgs(getter);
+    double seconds = r != NULL ? PyFloat_AsDouble(r) : 0.0;
+    Py_XDECREF(r);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return (unsigned long)(seconds * 1e6 + 0.5);
+#endif
+}
+
+#if LOWER_PER_WAIT
 
 #if PY_VERSION_HEX >= 0x030C0000
 unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* interp_internals.c */
@@ -891,11 +921,12 @@ acquire_gil(PyThreadState *ts)
     int lower = quick < saved;
     if (lower) {
         clk.lowered_from = saved;
+        clk.lowered_to = quick;
         switch_interval(ts, quick);
     }
     PyEval_RestoreThread(ts);  /* at interpreter shutdown this ends the thread */
-    if (lower && _PyEval_GetSwitchInterval() == quick)  /* unless the program changed it meanwhile */
-        _PyEval_SetSwitchInterval(saved);
+    if (lower && gil_switch_interval(0) == quick)  /* unless the program changed it meanwhile */
+        gil_switch_interval(saved);
     clk.lowered_from = 0;
 #else
     PyEval_RestoreThread(ts);
@@ -950,6 +981,16 @@ clock_main(void *unused)
             }
             if (slow && clk.on_slow != NULL) {
                 last_slow = now;
+                /* The hooks read /proc and write parts: each system call lets the GIL go, and
+                 * while the program runs Python, taking it back waited a switch interval (5 ms),
+                 * so one run of the hooks kept the clock from ticking for 10-30 ms. */
+                unsigned long saved = gil_switch_interval(0), quick = quick_switch_interval();
+                quick = quick > HOOK_SWITCH_INTERVAL ? HOOK_SWITCH_INTERVAL : quick;
+                int lower = quick < saved;
+                if (lower) {
+                    clk.lowered_from = saved;
+                    clk.lowered_to = gil_switch_interval(quick);
+                }
                 int gc_was_enabled = PyGC_Disable();  /* no finalizers of the program here */
                 PyObject *r = PyObject_CallNoArgs(clk.on_slow);
                 if (r == NULL)
@@ -957,6 +998,9 @@ clock_main(void *unused)
                 Py_XDECREF(r);
                 if (gc_was_enabled)
                     PyGC_Enable();
+                if (lower && gil_switch_interval(0) == clk.lowered_to)  /* unless the program changed it meanwhile */
+                    gil_switch_interval(saved);
+                clk.lowered_from = 0;
             }
             ts = PyEval_SaveThread();
         }
@@ -1111,11 +1155,9 @@ Sampler_invalidate(Sampler *s, PyObject *unused)
 static PyObject *
 Sampler_reset_threads(Sampler *s, PyObject *unused)
 {
-#if LOWER_PER_WAIT
-    if (clk.lowered_from && !clk.alive && _PyEval_GetSwitchInterval() == quick_switch_interval())
-        _PyEval_SetSwitchInterval(clk.lowered_from);
+    if (clk.lowered_from && !clk.alive && gil_switch_interval(0) == clk.lowered_to)
+        gil_switch_interval(clk.lowered_from);
     clk.lowered_from = 0;
-#endif
     s->nthreads = 0;
     s->last_tick = monotonic();
     /* the fork may have cut a sample of the parent's clock thread (a Python callback let the forking

@@ -455,6 +455,52 @@ def test_fork_while_sampling_does_not_hang_and_child_can_restart():
     assert proc.stdout.strip() == "ok True"
 
 
+def test_optimizer_steps_recorded_in_c_before_a_fork_stay_with_the_parent():
+    proc = run_script("""
+        import os
+        from flameprof import _native
+        class Optimizer: pass
+        first, other = Optimizer(), Optimizer()
+        recorder = _native.StepRecorder()
+        recorder(first, (), {}); recorder(other, (), {}); recorder(first, (), {})
+        pid = os.fork()
+        if pid == 0:
+            before = len(recorder.take())
+            recorder(first, (), {})
+            rows = recorder.take()
+            os._exit(0 if before == 0 and len(rows) == 1 and rows[0][2] == os.getpid() else 3)
+        _, status = os.waitpid(pid, 0)
+        rows = recorder.take()
+        print(os.waitstatus_to_exitcode(status), len(rows), rows[0][2] == os.getpid())
+    """)
+    assert proc.stdout.split() == ["0", "2", "True"], proc.stderr
+
+
+def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back():
+    # A hook's system calls let the GIL go; with the program's 5 ms switch interval each took a
+    # switch interval to come back while the program ran Python, and the clock stopped ticking.
+    proc = run_script("""
+        import sys, time
+        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.records import ProfileBuilder
+        sys.setswitchinterval(0.002)
+        seen = []
+        def hook():
+            seen.append(sys.getswitchinterval())
+            with open("/proc/self/stat") as f:
+                f.read()
+        sampler = NativeSampler(ProfileBuilder(), rate=1000)
+        sampler.tick_hooks.append(hook)
+        sampler.start()
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end or len(seen) < 2:
+            sum(range(100))
+        sampler.stop()
+        print(max(seen) <= 1e-4, sys.getswitchinterval())
+    """)
+    assert proc.stdout.split() == ["True", "0.002"], proc.stderr
+
+
 def test_interpreter_exit_while_sampling_is_clean():
     proc = run_script("""
         import threading, time
