@@ -1,5 +1,6 @@
 """Torch instrumentation while profiling: step and batch marks, backward layers, install and removal."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -76,7 +77,10 @@ def test_explicit_flameprof_step_replaces_optimizer_steps(sampler_kind):
 def test_a_new_optimizer_counts_once_the_first_is_gone(sampler_kind):
     model = nn.Linear(3, 2)
     with Profiler(rate=1000) as p:
-        train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(2))
+        first = torch.optim.SGD(model.parameters(), lr=0.1)
+        train(model, [first], make_loader(2))
+        del first
+        gc.collect()  # an optimizer may sit in a reference cycle
         train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(3))
     times = [m.time for m in marks(p.profile, "step")]
     assert len(times) == 5 and times == sorted(times)
