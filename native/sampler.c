@@ -888,6 +888,15 @@ gil_switch_interval(unsigned long set)
 #endif
 }
 
+/* Give the program its switch interval back (with the GIL held), unless it changed it meanwhile. */
+static void
+give_back_switch_interval(void)
+{
+    if (clk.lowered_from && gil_switch_interval(0) == clk.lowered_to)
+        gil_switch_interval(clk.lowered_from);
+    clk.lowered_from = 0;
+}
+
 #if LOWER_PER_WAIT
 
 #if PY_VERSION_HEX >= 0x030C0000
@@ -918,16 +927,12 @@ acquire_gil(PyThreadState *ts)
 {
 #if LOWER_PER_WAIT
     unsigned long saved = switch_interval(ts, 0), quick = quick_switch_interval();
-    int lower = quick < saved;
-    if (lower) {
+    if (quick < saved) {
         clk.lowered_from = saved;
-        clk.lowered_to = quick;
-        switch_interval(ts, quick);
+        clk.lowered_to = switch_interval(ts, quick);
     }
     PyEval_RestoreThread(ts);  /* at interpreter shutdown this ends the thread */
-    if (lower && gil_switch_interval(0) == quick)  /* unless the program changed it meanwhile */
-        gil_switch_interval(saved);
-    clk.lowered_from = 0;
+    give_back_switch_interval();
 #else
     PyEval_RestoreThread(ts);
 #endif
@@ -986,8 +991,7 @@ clock_main(void *unused)
                  * so one run of the hooks kept the clock from ticking for 10-30 ms. */
                 unsigned long saved = gil_switch_interval(0), quick = quick_switch_interval();
                 quick = quick > HOOK_SWITCH_INTERVAL ? HOOK_SWITCH_INTERVAL : quick;
-                int lower = quick < saved;
-                if (lower) {
+                if (quick < saved) {
                     clk.lowered_from = saved;
                     clk.lowered_to = gil_switch_interval(quick);
                 }
@@ -998,9 +1002,7 @@ clock_main(void *unused)
                 Py_XDECREF(r);
                 if (gc_was_enabled)
                     PyGC_Enable();
-                if (lower && gil_switch_interval(0) == clk.lowered_to)  /* unless the program changed it meanwhile */
-                    gil_switch_interval(saved);
-                clk.lowered_from = 0;
+                give_back_switch_interval();
             }
             ts = PyEval_SaveThread();
         }
@@ -1155,8 +1157,8 @@ Sampler_invalidate(Sampler *s, PyObject *unused)
 static PyObject *
 Sampler_reset_threads(Sampler *s, PyObject *unused)
 {
-    if (clk.lowered_from && !clk.alive && gil_switch_interval(0) == clk.lowered_to)
-        gil_switch_interval(clk.lowered_from);
+    if (!clk.alive)
+        give_back_switch_interval();
     clk.lowered_from = 0;
     s->nthreads = 0;
     s->last_tick = monotonic();

@@ -75,10 +75,11 @@ def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
     return builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
 
 
-def thread_identity(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int, int]:
-    """(builder thread index, native id for its CPU clock or 0) of the live thread ``ident``."""
+def thread_identity(builder: ProfileBuilder, pid: int, ident: int, native_id: int = 0) -> tuple[int, int]:
+    """(builder thread index, native id for its CPU clock or 0) of the thread ``ident``: a live one,
+    or one that may be gone when its ``native_id`` was recorded with it."""
     thread = threading._active.get(ident)  # type: ignore[attr-defined]
-    native_id = getattr(thread, "native_id", None) or 0
+    native_id = native_id or getattr(thread, "native_id", None) or 0
     name = thread.name if thread is not None else f"Thread-{ident}"
     return builder.thread_id(pid, native_id or ident, name), native_id
 

@@ -34,6 +34,7 @@ from .. import scopes
 from ..records import Mark
 from .import_watch import ImportWatch
 from .layers import NAMER
+from .sampler import thread_identity
 
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
 _NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
@@ -109,14 +110,12 @@ class TorchHooks:
         if not rows or scopes.user_steps:
             return
         sampler = self.sampler
-        builder, t0, pid = sampler.builder, sampler.t0, sampler.pid
+        builder, t0 = sampler.builder, sampler.t0
         index: dict[int, int] = {}
         for t, ident, native_id in rows:
             thread = index.get(ident)
             if thread is None:
-                live = threading._active.get(ident)  # type: ignore[attr-defined]
-                name = live.name if live is not None else f"Thread-{ident}"
-                thread = index[ident] = builder.thread_id(pid, native_id, name)
+                thread = index[ident] = thread_identity(builder, sampler.pid, ident, native_id)[0]
             builder.marks.append(Mark(t - t0, thread, "step", "optimizer"))
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
