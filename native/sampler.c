@@ -950,7 +950,7 @@ clock_main(void *unused)
     /* the slow callback runs at the first tick (a followed fork writes its part then), then every
      * slow_interval */
     double next = monotonic(), last_slow = next - clk.slow_interval;
-    uint64_t answered = LOAD(clk.by_pending);  /* pending calls the main thread had served by the last tick */
+    int main_runs_python = 1;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
         next += clk.interval;
@@ -960,16 +960,10 @@ clock_main(void *unused)
         WAIT_UNTIL(next, clk.stop);
         if (clk.stop)
             break;
-        /* Always ask the main thread (it may have gone back to Python). If it served no request
-         * during the last interval, it is blocked (a C call, a sleep, a wait for the GIL): sample
-         * from here, now. The clock never waits for an answer, so nothing wakes it but its timer. */
-        uint64_t served = LOAD(clk.by_pending);
-        int fallback = LOAD(clk.want) > 0 && served == answered;
-        answered = served;
+        /* Always ask the main thread (it may have gone back to Python), but give it time to answer
+         * only while it has been answering. */
         uint64_t seq = __atomic_add_fetch(&clk.want, 1, __ATOMIC_ACQ_REL);
         int queue = !__atomic_exchange_n(&clk.queued, 1, __ATOMIC_ACQ_REL);
-        now = monotonic();
-        int slow = clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
         if (queue && Py_AddPendingCall(pending_sample, NULL) < 0)
             STORE(clk.queued, 0);
@@ -977,9 +971,24 @@ clock_main(void *unused)
         else if (clk.main_ts != NULL)
             flameprof_wake_main_thread(interp, clk.main_ts);
 #endif
+        /* The main thread does not signal its answer (waking this thread from there cost the
+         * program context switches every tick): the clock looks again after 0.8 of an interval, on
+         * its own timer, and samples from here if the tick is still unclaimed, e.g. during a C call
+         * that let the GIL go (a backward pass), which the main thread would sample only after. */
+        pthread_mutex_lock(&clk.mu);
+        if (main_runs_python)
+            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop);
+        int fallback = !clk.stop && LOAD(clk.claimed) < seq;
+        now = monotonic();
+        int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
+        pthread_mutex_unlock(&clk.mu);
         if (fallback || slow) {
             acquire_gil(ts);
+            /* the main thread's state persists: while it runs Python (it served the pending call
+             * first), keep asking it; while it is blocked, sample from here at once */
+            main_runs_python = 1;
             if (fallback && claim_tick(seq)) {
+                main_runs_python = 0;
                 if (take_sample(clk.sampler, clk.ident) < 0)
                     PyErr_Clear();
                 clk.by_clock++;

@@ -160,12 +160,13 @@ def test_real_torch_loop_at_1000_hz_is_classified():
     model = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     profiler = Profiler(rate=1000).start()
-    for x, y in DataLoader(Slow(), batch_size=8):
-        for _ in range(10):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    for _epoch in range(5):  # about 100 samples: one epoch took about 20, and a phase could get none
+        for x, y in DataLoader(Slow(), batch_size=8):
+            for _ in range(10):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     profile = profiler.stop()
     phases = phase_of_samples(profile)
     main = profile.sample_thread == profile.sample_thread[np.argmax(profile.sample_wall)]
