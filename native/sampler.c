@@ -2,9 +2,11 @@
  *
  * One call of Sampler.sample() takes one sample of every Python thread of the interpreter.
  * Phase 1 walks the thread states and frames with the GIL held and never runs Python code (not
- * even a garbage collection's finalizers), so no thread state or frame can disappear under it. Phase 2 turns the collected frames into a stack id using C
- * hash tables (code object -> frame id, frame-id sequence -> stack id) and appends one compact
- * row per thread. Python is called back only for things seen for the first time (a new code
+ * even a garbage collection's finalizers), so no thread state or frame can disappear under it; a
+ * frame whose code it has met before is read in place (walk_in_place), others through frame
+ * objects it keeps until the end of the tick. Phase 2 turns the collected frames into a stack id
+ * using C hash tables (code object -> frame id, frame-id sequence -> stack id) and appends one
+ * compact row per thread. Python is called back only for things seen for the first time (a new code
  * object, stack, thread, layer hook result or truncation marker), so the steady state allocates
  * no Python object per sample.
  *
@@ -15,9 +17,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-#include <internal/pycore_frame.h>  /* 3.11 only: a frame's locals, see frame_self() */
-#endif
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -157,9 +156,20 @@ typedef struct {
     uint64_t seen;      /* tick number it was last seen in */
 } ThreadRec;
 
+/* A frame met in phase 1. Walked through frame objects (``frame`` is a new reference, the rest is
+ * worked out in phase 2), or in place (``frame`` NULL: its code's entry and its layer hook's
+ * frame id were already known, and ``owner`` is its frame object if it had one, for identity only). */
+typedef struct {
+    PyObject *frame;
+    PyCodeObject *code;     /* borrowed */
+    PyObject *owner;
+    int64_t entry;
+    int32_t hook;
+} FrameRef;
+
 typedef struct {
     unsigned long ident;
-    Py_ssize_t first, count;      /* its frames in the scratch arrays, leaf first */
+    Py_ssize_t first, count;      /* its frames in the scratch array, leaf first */
     Py_ssize_t scope_first, scope_count;
 } Walk;
 
@@ -174,7 +184,6 @@ typedef struct {
     PyObject *hooks;           /* dict code -> hook(frame) */
     PyObject *scopes;          /* dict ident -> [(frame entered in, Frame), ...] */
     PyObject *held;            /* list keeping interned code and scope Frame objects alive */
-    PyObject *self_name;       /* "self" */
     int max_depth;
 
     Map codes;                 /* code -> (flags << 32) | frame id */
@@ -191,9 +200,8 @@ typedef struct {
     Py_ssize_t nthreads, threads_cap, thread_hint;
 
     /* scratch for one tick */
-    PyObject **frames;         /* new references, released at the end of the tick */
-    PyCodeObject **frame_codes;
-    Py_ssize_t nframes, frames_cap, codes_cap;
+    FrameRef *frames;
+    Py_ssize_t nframes, frames_cap;
     Walk *walks;
     Py_ssize_t nwalks, walks_cap;
     PyObject **scope_items;    /* pairs (entered frame, Frame), new references */
@@ -242,7 +250,7 @@ static void
 release_scratch(Sampler *s)
 {
     for (Py_ssize_t i = 0; i < s->nframes; i++)
-        Py_DECREF(s->frames[i]);
+        Py_XDECREF(s->frames[i].frame);
     for (Py_ssize_t i = 0; i < s->nscope * 2; i++)
         Py_DECREF(s->scope_items[i]);
     s->nframes = s->nwalks = s->nscope = 0;
@@ -310,23 +318,28 @@ object_frame(Sampler *s, PyObject *frame_obj)
     return (int32_t)fid;
 }
 
-/* ``self`` of a method's frame (new reference) or NULL, read without building ``frame.f_locals``:
- * on 3.10 and 3.11 that fills a dict, and when its allocation runs the garbage collector another
- * thread may finish the frame meanwhile (CPython 3.11 then crashes). There the first argument is
- * read from the frame's local slots; 3.12+ has PyFrame_GetVar, which builds nothing. */
+#if PY_VERSION_HEX >= 0x030B0000
+/* interp_internals.c: a thread's interpreter frames, read in place */
+void *flameprof_frame_first(PyThreadState *ts);
+void *flameprof_frame_next(void *frame);
+PyCodeObject *flameprof_frame_code(void *frame);
+PyObject *flameprof_frame_object(void *frame);
+PyObject *flameprof_frame_first_local(void *frame);
+void *flameprof_frame_of(PyFrameObject *frame);
+#endif
+
+/* ``self`` of a method's frame, the value of its first argument (borrowed) or NULL, read from the
+ * frame's slots without building ``frame.f_locals``: on 3.10 and 3.11 that fills a dict, and when
+ * its allocation runs the garbage collector another thread may finish the frame meanwhile (CPython
+ * 3.11 then crashes). From the interpreter frame ``iframe`` when not NULL (3.11+), else from the
+ * frame object. */
 static PyObject *
-frame_self(Sampler *s, PyObject *frame, PyCodeObject *code)
+first_argument(PyObject *frame, void *iframe, PyCodeObject *code)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *self_obj = PyFrame_GetVar((PyFrameObject *)frame, s->self_name);
-    if (self_obj == NULL)
-        PyErr_Clear();
-    return self_obj;
-#else
     if (code->co_argcount < 1)
         return NULL;
 #if PY_VERSION_HEX >= 0x030B0000
-    PyObject *value = ((PyFrameObject *)frame)->f_frame->localsplus[0];
+    PyObject *value = flameprof_frame_first_local(iframe != NULL ? iframe : flameprof_frame_of((PyFrameObject *)frame));
 #else
     PyObject **slots = ((PyFrameObject *)frame)->f_localsplus;
     PyObject *value = slots[0];
@@ -338,19 +351,23 @@ frame_self(Sampler *s, PyObject *frame, PyCodeObject *code)
 #endif
     if (value != NULL && PyCell_Check(value))  /* an argument a closure captured */
         value = PyCell_GET(value);
-    Py_XINCREF(value);
     return value;
-#endif
+}
+
+/* The layer hook's result for a frame of ``code`` with ``self_obj``, once it was asked. */
+static Entry *
+cached_hook(Sampler *s, PyCodeObject *code, PyObject *self_obj)
+{
+    return map_find(&s->hook_cache, (uintptr_t)code, (uintptr_t)self_obj, self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0);
 }
 
 /* The frame a layer hook inserts for ``frame``, cached by (code, self, type(self)). */
 static int32_t
 hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
 {
-    PyObject *self_obj = frame_self(s, frame, code);
+    PyObject *self_obj = first_argument(frame, NULL, code);
     uintptr_t self_key = (uintptr_t)self_obj, type_key = self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0;
-    Py_XDECREF(self_obj);
-    Entry *e = map_find(&s->hook_cache, (uintptr_t)code, self_key, type_key);
+    Entry *e = cached_hook(s, code, self_obj);
     if (e != NULL)
         return (int32_t)e->value;
     int32_t fid = -1;
@@ -498,7 +515,41 @@ new_thread(Sampler *s, unsigned long ident, double interval)
     return t;
 }
 
-/* Phase 1: collect frames (new references) and scope entries of every thread but ``exclude``. */
+/* Phase 1 for one thread without making frame objects (3.11+): 1 when every frame's code is known
+ * and every layer hook's result cached, which in the steady state they are; else 0 and nothing
+ * kept (the thread is walked through its frame objects, and phase 2 asks Python); -1 out of memory. */
+static int
+walk_in_place(Sampler *s, PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    Py_ssize_t first = s->nframes;
+    for (void *f = flameprof_frame_first(ts); f != NULL; f = flameprof_frame_next(f)) {
+        PyCodeObject *code = flameprof_frame_code(f);
+        Entry *e = map_find(&s->codes, (uintptr_t)code, 0, 0);
+        int32_t hook = -1;
+        if (e != NULL && (e->value >> 32) & FLAG_HOOK) {
+            PyObject *self_obj = first_argument(NULL, f, code);
+            Entry *h = self_obj != NULL ? cached_hook(s, code, self_obj) : NULL;
+            if (h == NULL)
+                e = NULL;
+            else
+                hook = (int32_t)h->value;
+        }
+        if (e == NULL) {
+            s->nframes = first;
+            return 0;
+        }
+        if (GROW(s->frames, s->frames_cap, s->nframes + 1) < 0)
+            return -1;
+        s->frames[s->nframes++] = (FrameRef){.code = code, .owner = flameprof_frame_object(f), .entry = e->value, .hook = hook};
+    }
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Phase 1: collect frames and scope entries of every thread but ``exclude``. */
 static int
 walk_threads(Sampler *s, unsigned long exclude)
 {
@@ -509,33 +560,29 @@ walk_threads(Sampler *s, unsigned long exclude)
         unsigned long ident = ts->thread_id;
         if (ident == exclude)
             continue;
-        PyFrameObject *f = PyThreadState_GetFrame(ts);
-        if (f == NULL)
-            continue;
-        if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0) {
-            Py_DECREF(f);
+        if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0)
             return -1;
-        }
-        Walk *w = &s->walks[s->nwalks++];
+        Walk *w = &s->walks[s->nwalks];
         w->ident = ident;
         w->first = s->nframes;
         w->scope_first = s->nscope;
         w->scope_count = 0;
-        while (f != NULL) {
-            if (GROW(s->frames, s->frames_cap, s->nframes + 1) < 0 ||
-                GROW(s->frame_codes, s->codes_cap, s->nframes + 1) < 0) {
+        int in_place = walk_in_place(s, ts);
+        if (in_place < 0)
+            return -1;
+        for (PyFrameObject *f = in_place ? NULL : PyThreadState_GetFrame(ts); f != NULL; f = PyFrame_GetBack(f)) {
+            if (GROW(s->frames, s->frames_cap, s->nframes + 1) < 0) {
                 Py_DECREF(f);
-                w->count = s->nframes - w->first;
                 return -1;
             }
             PyCodeObject *code = PyFrame_GetCode(f);
             Py_DECREF(code);  /* the frame keeps it alive */
-            s->frames[s->nframes] = (PyObject *)f;
-            s->frame_codes[s->nframes] = code;
-            s->nframes++;
-            f = PyFrame_GetBack(f);
+            s->frames[s->nframes++] = (FrameRef){.frame = (PyObject *)f, .code = code, .owner = (PyObject *)f};
         }
         w->count = s->nframes - w->first;
+        if (w->count == 0)  /* no Python frame */
+            continue;
+        s->nwalks++;
         if (!have_scopes)
             continue;
         PyObject *key, *list;
@@ -582,18 +629,19 @@ build_ids(Sampler *s, Walk *w)
 {
     s->nids = 0;
     for (Py_ssize_t i = w->first; i < w->first + w->count; i++) {
-        int64_t entry = code_entry(s, s->frame_codes[i]);
+        FrameRef *r = &s->frames[i];
+        int64_t entry = r->frame != NULL ? code_entry(s, r->code) : r->entry;
         int32_t fid = (int32_t)(entry & 0xffffffff);
         if (fid == BOUNDARY_FRAME)
             break;
         if (fid < 0)
             continue;
         if ((entry >> 32) & FLAG_HOOK) {
-            int32_t extra = hook_frame(s, s->frames[i], s->frame_codes[i]);
+            int32_t extra = r->frame != NULL ? hook_frame(s, r->frame, r->code) : r->hook;
             if (extra >= 0 && push_id(s, extra, NULL) < 0)
                 return -1;
         }
-        if (push_id(s, fid, s->frames[i]) < 0)
+        if (push_id(s, fid, r->owner) < 0)
             return -1;
     }
     /* leaf first -> root first */
@@ -1268,8 +1316,6 @@ Sampler_init(Sampler *s, PyObject *args, PyObject *kwds)
     Py_INCREF(scopes); Py_XSETREF(s->scopes, scopes);
     if (s->held == NULL && (s->held = PyList_New(0)) == NULL)
         return -1;
-    if (s->self_name == NULL && (s->self_name = PyUnicode_InternFromString("self")) == NULL)
-        return -1;
     s->max_depth = max_depth;
     s->last_tick = monotonic();
     return 0;
@@ -1287,13 +1333,12 @@ Sampler_dealloc(Sampler *s)
     Py_XDECREF(s->hooks);
     Py_XDECREF(s->scopes);
     Py_XDECREF(s->held);
-    Py_XDECREF(s->self_name);
     map_clear(&s->codes);
     map_clear(&s->hook_cache);
     map_clear(&s->object_frames);
     map_clear(&s->markers);
     map_clear(&s->stacks);
-    void *bufs[] = {s->arena, s->threads, s->frames, s->frame_codes, s->walks, s->scope_items, s->ids, s->owners,
+    void *bufs[] = {s->arena, s->threads, s->frames, s->walks, s->scope_items, s->ids, s->owners,
                     s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         PyMem_RawFree(bufs[i]);

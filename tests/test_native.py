@@ -318,6 +318,37 @@ def test_deep_recursion_is_truncated_with_a_marker():
     assert stack[:MAX_DEPTH - 1].count(LEVEL) == MAX_DEPTH - 1 - stack.index(LEVEL)
 
 
+def descend(n: int, parked: threading.Semaphore, resume: threading.Event) -> None:
+    if n:
+        return descend(n - 1, parked, resume)
+    parked.release()
+    resume.wait()
+
+
+def test_frames_of_known_code_are_walked_without_making_frame_objects():
+    """From 3.11 a frame gets a frame object only when asked; a sample that asked for one per new
+    frame allocated in every tick of a training loop (new frames each step)."""
+    parked, resumes = threading.Semaphore(0), [threading.Event(), threading.Event()]
+    worker = threading.Thread(target=lambda: [descend(40, parked, r) for r in resumes], name="descender")
+    worker.start()
+    try:
+        sampler = NativeSampler(ProfileBuilder())
+        assert parked.acquire(timeout=10)
+        sampler.sample()  # meets the code for the first time
+        resumes[0].set()
+        assert parked.acquire(timeout=10)  # parked again, in 41 new frames of the same code
+        before = sys.getallocatedblocks()
+        sampler.sample()
+        allocated = sys.getallocatedblocks() - before
+    finally:
+        for r in resumes:
+            r.set()
+        worker.join()
+    assert allocated < 10  # one frame object per frame would be over 40
+    (stacks,) = [c for name, c in stacks_by_thread(sampler.builder).items() if name == "descender"]
+    (stack,) = stacks  # the walk in place gives the stack the first walk gave
+    assert stacks[stack] == 2 and stack.count(frame_name(descend)) == 41
+
 def test_threads_starting_and_ending_while_sampling_at_high_rate():
     sampler = NativeSampler(ProfileBuilder(), rate=2000)
     sampler.start()

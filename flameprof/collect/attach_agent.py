@@ -63,13 +63,9 @@ def serve(channel: str) -> None:
 
 
 def _quiet_session_start() -> None:
-    """Keep the session's start from writing to the target's stderr or adding a thread entry."""
+    """Keep the session's start from writing to the target's stderr."""
     from . import backend
 
-    try:  # the CPU/RSS counters import psutil at their first tick; on the C sampler's clock thread
-        import psutil  # noqa: F401  that import would leave a _DummyThread in threading's table
-    except ImportError:
-        pass
     if not backend.native_available():  # e.g. built for another Python: the Python sampler, silently
         backend._warned = True
 

@@ -79,17 +79,13 @@ def following_forks() -> bool:
 
 
 def _take_locks_before_sampling() -> None:
-    """Do here, once, what would otherwise take a module lock on the sampler's thread later: import
-    psutil (the process counters) and set up tempfile's names (the atomic part writes).
+    """Do here, once, what would otherwise take a module lock on the sampler's thread later: set up
+    tempfile's names (the atomic part writes).
 
     If the process forked while the sampler's thread held such a lock, the child would inherit it
-    held and hang at its own import of that module or its own ``tempfile`` call (a forkserver
-    forks right after it starts, while its sampler's first tick may be importing psutil).
+    held and hang at its own ``tempfile`` call (a forkserver forks right after it starts, while its
+    sampler's first tick may be writing a part).
     """
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        pass
     tempfile._get_candidate_names()  # its first call takes tempfile's module lock; later ones do not
 
 
