@@ -31,6 +31,13 @@
 #define MAX_THREAD_INDEX 32767
 #define ROW_FRESH 0x8000    /* in a row's thread field: the thread's first sample (wall from the tick before) */
 
+/* A thread's CPU clock is a system call to read (about 3 us, cold, in a sample of a PyTorch loop:
+ * most of a sample's cost). It is read at most every CPU_READ_PERIOD seconds, or every MAX_UNREAD
+ * rows, and the CPU time since the last read is shared out over the thread's rows since then, by
+ * their wall time: at 100 Hz every row has its own read, at 1 kHz a 5 ms stretch is shared. */
+#define CPU_READ_PERIOD 0.005
+#define MAX_UNREAD 32
+
 /* ---- growable arrays (plain malloc: large ones are mmap-backed, untouched pages cost no RSS) */
 
 static int
@@ -153,7 +160,11 @@ typedef struct {
     int has_clock;
     int fresh;          /* no row yet: its first wall time counts from the previous tick */
     double last_cpu;    /* NO_CPU when unreadable */
+    double last_read;   /* when last_cpu was read */
     uint64_t seen;      /* tick number it was last seen in */
+    int unread;                          /* its rows since then, waiting for their CPU time */
+    Py_ssize_t unread_row[MAX_UNREAD];
+    float unread_wall[MAX_UNREAD];
 } ThreadRec;
 
 /* A frame met in phase 1. Walked through frame objects (``frame`` is a new reference, the rest is
@@ -244,6 +255,25 @@ read_cpu(ThreadRec *t)
     if (!t->has_clock || clock_gettime(t->clock, &ts) != 0)
         return NO_CPU;
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Read the thread's CPU clock and share the CPU time since the last read over its unread rows.
+ * A share never exceeds its row's wall time (a read long after the rows, e.g. when a profile is
+ * built after the session, would otherwise give them CPU time the thread spent afterwards). */
+static void
+settle_cpu(Sampler *s, ThreadRec *t, double now)
+{
+    double cpu_now = read_cpu(t);
+    double cpu = (cpu_now != NO_CPU && t->last_cpu != NO_CPU) ? cpu_now - t->last_cpu : 0.0;
+    t->last_cpu = cpu_now;
+    t->last_read = now;
+    double wall = 0.0;
+    for (int i = 0; i < t->unread; i++)
+        wall += t->unread_wall[i];
+    double share = wall > 0.0 && cpu > 0.0 ? (cpu < wall ? cpu / wall : 1.0) : 0.0;
+    for (int i = 0; i < t->unread; i++)
+        s->row_cpu[t->unread_row[i]] = (float)(share * t->unread_wall[i]);
+    t->unread = 0;
 }
 
 static void
@@ -484,7 +514,7 @@ find_thread(Sampler *s, unsigned long ident)
 
 /* A thread seen for the first time in a tick ``interval`` seconds after the previous one. */
 static ThreadRec *
-new_thread(Sampler *s, unsigned long ident, double interval)
+new_thread(Sampler *s, unsigned long ident, double now)
 {
     PyObject *key = PyLong_FromUnsignedLong(ident);
     if (key == NULL)
@@ -509,8 +539,10 @@ new_thread(Sampler *s, unsigned long ident, double interval)
     /* as first_cpu_baseline in sampler.py: a thread whose whole CPU time fits in the interval may
      * have started within it, and all of it is its first row's */
     t->last_cpu = read_cpu(t);
-    if (t->last_cpu != NO_CPU && t->last_cpu <= interval)
+    if (t->last_cpu != NO_CPU && t->last_cpu <= now - s->last_tick)
         t->last_cpu = 0.0;
+    t->last_read = now;
+    t->unread = 0;
     t->seen = 0;
     return t;
 }
@@ -683,15 +715,13 @@ build_ids(Sampler *s, Walk *w)
     return 0;
 }
 
-/* A row: the thread (with ROW_FRESH on its first), the stack and the CPU time since its last row.
+/* A row: the thread (with ROW_FRESH on its first), the stack and the CPU time since its last row
+ * (filled in by settle_cpu(), now or within CPU_READ_PERIOD).
  * Its wall time is not stored: a thread alive in this tick was sampled in the previous one (else
  * it was forgotten and is fresh now), so the wall time is always the time since the previous tick. */
 static int
-append_row(Sampler *s, ThreadRec *t, int32_t sid)
+append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
 {
-    double cpu_now = read_cpu(t);
-    double cpu = (cpu_now != NO_CPU && t->last_cpu != NO_CPU) ? cpu_now - t->last_cpu : 0.0;
-    t->last_cpu = cpu_now;
     uint16_t fresh = t->fresh ? ROW_FRESH : 0;
     t->fresh = 0;
     if (t->index < 0 || t->index > MAX_THREAD_INDEX) {
@@ -704,8 +734,12 @@ append_row(Sampler *s, ThreadRec *t, int32_t sid)
         return -1;
     s->row_thread[s->nrows] = (uint16_t)t->index | fresh;
     s->row_stack[s->nrows] = sid;
-    s->row_cpu[s->nrows] = (float)(cpu > 0.0 ? cpu : 0.0);
+    s->row_cpu[s->nrows] = 0.0f;
+    t->unread_row[t->unread] = s->nrows;
+    t->unread_wall[t->unread++] = (float)(now - s->last_tick);
     s->nrows = n;
+    if (t->unread == MAX_UNREAD || now - t->last_read >= CPU_READ_PERIOD)
+        settle_cpu(s, t, now);
     return 0;
 }
 
@@ -739,22 +773,34 @@ take_sample(Sampler *s, unsigned long exclude)
     for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
         Walk *w = &s->walks[i];
         ThreadRec *t = find_thread(s, w->ident);
-        if (t == NULL && (t = new_thread(s, w->ident, now - s->last_tick)) == NULL) {
+        if (t == NULL && (t = new_thread(s, w->ident, now)) == NULL) {
             PyErr_Clear();
             continue;
         }
         t->seen = s->tick_count;
-        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids)) < 0)
+        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), now) < 0)
             failed = 1;
     }
     release_scratch(s);
     if (gc_was_enabled)
         PyGC_Enable();
+    if (failed)  /* the tick's rows are dropped below */
+        for (Py_ssize_t i = 0; i < s->nthreads; i++)
+            while (s->threads[i].unread > 0 && s->threads[i].unread_row[s->threads[i].unread - 1] >= first_row)
+                s->threads[i].unread--;
     /* forget threads that are gone, so a reused ident starts afresh */
     Py_ssize_t kept = 0;
-    for (Py_ssize_t i = 0; i < s->nthreads; i++)
-        if (s->threads[i].seen == s->tick_count)
-            s->threads[kept++] = s->threads[i];
+    for (Py_ssize_t i = 0; i < s->nthreads; i++) {
+        ThreadRec *t = &s->threads[i];
+        if (t->seen != s->tick_count) {
+            if (t->unread)
+                settle_cpu(s, t, now);
+            continue;
+        }
+        if (kept != i)
+            s->threads[kept] = *t;
+        kept++;
+    }
     s->nthreads = kept;
     if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
         GROW(s->tick_prev, s->tprev_cap, s->nticks + 1) == 0 &&
@@ -1234,6 +1280,10 @@ Sampler_columns(Sampler *s, PyObject *args)
     Py_ssize_t first = 0;
     if (!PyArg_ParseTuple(args, "|n", &first))
         return NULL;
+    double now = monotonic();
+    for (Py_ssize_t i = 0; i < s->nthreads; i++)
+        if (s->threads[i].unread)
+            settle_cpu(s, &s->threads[i], now);
     if (first < 0 || first > s->nticks)
         first = first < 0 ? 0 : s->nticks;
     Py_ssize_t row0 = 0;

@@ -175,6 +175,49 @@ def test_a_thread_started_while_sampling_has_all_its_cpu_time_recorded(sampler_c
     assert cpu["spun"] - 0.005 <= recorded <= cpu["spun"] + 0.02, (recorded, cpu)
 
 
+def spinning(seconds: float) -> None:
+    spin_cpu(seconds)
+
+
+def sleeping(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+def test_cpu_time_at_1khz_goes_to_the_stacks_that_spent_it(sampler_class):
+    """The C sampler reads a thread's CPU clock at most every 5 ms and shares it over the rows since:
+    the thread's total stays whole and the stacks that burned it keep nearly all of it."""
+    spent = {}
+
+    def alternate() -> None:
+        start = time.thread_time()
+        for _ in range(8):
+            spinning(0.04)
+            sleeping(0.04)
+        spent["cpu"] = time.thread_time() - start
+
+    sampler = sampler_class(ProfileBuilder(), rate=1000)
+    sampler.start()
+    thread = threading.Thread(target=alternate, name="alternating")
+    thread.start()
+    thread.join()
+    sampler.stop()
+    profile = sampler.builder.build()
+    index = [t.name for t in profile.threads].index("alternating")
+    stacks = profile.all_stack_frames()
+    on_spin = on_sleep = 0.0
+    for thread_index, sid, cpu in zip(profile.sample_thread, profile.sample_stack, profile.sample_cpu):
+        if thread_index != index:
+            continue
+        names = {profile.frames[f].name for f in stacks[sid]}
+        if frame_name(spinning) in names:
+            on_spin += cpu
+        elif frame_name(sleeping) in names:
+            on_sleep += cpu
+    assert 0.8 * spent["cpu"] < on_spin + on_sleep < 1.05 * spent["cpu"] + 0.01, (on_spin, on_sleep, spent)
+    assert on_sleep < 0.15 * (on_spin + on_sleep), (on_spin, on_sleep)  # measured: 4-8 % in both samplers
+
+
 def test_hot_stacks_agree_between_samplers_running_together():
     stop = threading.Event()
 
