@@ -146,6 +146,18 @@ def test_thread_identity_wall_and_cpu_match_the_python_semantics():
             assert abs(walls[1:] - (times[1:] - times[:-1])).max() < 1e-6  # time since its previous sample
 
 
+def profile_a_thread(sampler, target, name: str, after: float = 0.0):
+    """(profile, thread index) of a thread running ``target``, started ``after`` seconds into sampling."""
+    sampler.start()
+    time.sleep(after)
+    thread = threading.Thread(target=target, name=name)
+    thread.start()
+    thread.join()
+    sampler.stop()
+    profile = sampler.builder.build()
+    return profile, [t.name for t in profile.threads].index(name)
+
+
 def spin_cpu(seconds: float) -> None:
     end = time.thread_time() + seconds
     while time.thread_time() < end:
@@ -162,15 +174,8 @@ def test_a_thread_started_while_sampling_has_all_its_cpu_time_recorded(sampler_c
         cpu["spun"] = time.thread_time()
         time.sleep(0.2)  # alive, so a later sample closes the interval the spin ended in
 
-    sampler = sampler_class(ProfileBuilder(), rate=20.0)  # long intervals: the first one matters
-    sampler.start()
-    time.sleep(0.1)
-    thread = threading.Thread(target=work, name="late")
-    thread.start()
-    thread.join()
-    sampler.stop()
-    profile = sampler.builder.build()
-    index = [t.name for t in profile.threads].index("late")
+    # long intervals: the first one matters
+    profile, index = profile_a_thread(sampler_class(ProfileBuilder(), rate=20.0), work, "late", after=0.1)
     recorded = float(profile.sample_cpu[profile.sample_thread == index].sum())
     assert cpu["spun"] - 0.005 <= recorded <= cpu["spun"] + 0.02, (recorded, cpu)
 
@@ -196,14 +201,7 @@ def test_cpu_time_at_1khz_goes_to_the_stacks_that_spent_it(sampler_class):
             sleeping(0.04)
         spent["cpu"] = time.thread_time() - start
 
-    sampler = sampler_class(ProfileBuilder(), rate=1000)
-    sampler.start()
-    thread = threading.Thread(target=alternate, name="alternating")
-    thread.start()
-    thread.join()
-    sampler.stop()
-    profile = sampler.builder.build()
-    index = [t.name for t in profile.threads].index("alternating")
+    profile, index = profile_a_thread(sampler_class(ProfileBuilder(), rate=1000), alternate, "alternating")
     stacks = profile.all_stack_frames()
     on_spin = on_sleep = 0.0
     for thread_index, sid, cpu in zip(profile.sample_thread, profile.sample_stack, profile.sample_cpu):
