@@ -512,7 +512,7 @@ find_thread(Sampler *s, unsigned long ident)
     return NULL;
 }
 
-/* A thread seen for the first time in a tick ``interval`` seconds after the previous one. */
+/* A thread seen for the first time, in the tick at ``now``. */
 static ThreadRec *
 new_thread(Sampler *s, unsigned long ident, double now)
 {
@@ -784,10 +784,6 @@ take_sample(Sampler *s, unsigned long exclude)
     release_scratch(s);
     if (gc_was_enabled)
         PyGC_Enable();
-    if (failed)  /* the tick's rows are dropped below */
-        for (Py_ssize_t i = 0; i < s->nthreads; i++)
-            while (s->threads[i].unread > 0 && s->threads[i].unread_row[s->threads[i].unread - 1] >= first_row)
-                s->threads[i].unread--;
     /* forget threads that are gone, so a reused ident starts afresh */
     Py_ssize_t kept = 0;
     for (Py_ssize_t i = 0; i < s->nthreads; i++) {
@@ -811,8 +807,11 @@ take_sample(Sampler *s, unsigned long exclude)
         s->nticks++;
         s->done_rows = s->nrows;
     }
-    else {
+    else {  /* drop the tick's rows */
         s->nrows = first_row;
+        for (Py_ssize_t i = 0; i < s->nthreads; i++)
+            while (s->threads[i].unread > 0 && s->threads[i].unread_row[s->threads[i].unread - 1] >= first_row)
+                s->threads[i].unread--;
         failed = 1;
     }
     s->last_tick = now;
