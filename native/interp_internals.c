@@ -115,7 +115,7 @@ flameprof_frame_first_local(void *frame)
     return ((_PyInterpreterFrame *)frame)->localsplus[0];
 }
 
-/* The interpreter frame behind a frame object that is running. */
+/* The interpreter frame behind a frame object (the object's own copy once the frame has returned). */
 void *
 flameprof_frame_of(PyFrameObject *frame)
 {
