@@ -2,7 +2,7 @@
 
 ``tick`` runs on the sampler thread after each sample and records at most one point per
 interval, so no thread is added to the profiled program. It holds the program's GIL meanwhile, so
-it reads the kernel directly: getrusage() and /proc/PID/statm take a few microseconds where
+it reads the kernel directly: getrusage() and /proc/self/statm take a few microseconds where
 psutil's two /proc reads took about 50 (and let the GIL go a dozen times).
 """
 
@@ -72,7 +72,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 def resident_bytes() -> float | None:
     """This process's resident set size, or None without /proc."""
     try:
-        with open(f"/proc/{os.getpid()}/statm", "rb") as fh:
+        with open("/proc/self/statm", "rb") as fh:
             return float(int(fh.read().split()[1]) * _PAGE)
     except (OSError, IndexError, ValueError):
         return None
