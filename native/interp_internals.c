@@ -7,6 +7,10 @@
  *   thread holds the GIL (the GIL state's holder), the clock sets the flag, as a thread waiting
  *   for the GIL sets it to ask for a switch: the main thread then runs the sample itself at its
  *   next bytecode boundary without handing the GIL over. 3.13 sets it for the main thread itself.
+ * - the GIL's holder, its drop request and its mutex: at a tick when a thread other than the main
+ *   one holds the GIL, the clock asks it to let the GIL go at its next bytecode boundary and
+ *   samples while holding the GIL's mutex with the GIL free, so that the sample shows every thread
+ *   where it was at the tick (flameprof_gil_freeze(); sampler.c, sample_frozen()).
  * - the GIL switch interval (3.12), which the clock lowers for its own wait (see acquire_gil()
  *   in sampler.c): 3.12's _PyEval_SetSwitchInterval() finds the interpreter through the calling
  *   thread's current thread state, which a thread waiting for the GIL does not have.
@@ -18,15 +22,31 @@
 #include <patchlevel.h>
 #define Py_BUILD_CORE 1
 #include <Python.h>
-#if PY_VERSION_HEX < 0x030D0000
+#include <pthread.h>
+#include <time.h>
 #include <internal/pycore_interp.h>
 #include <internal/pycore_runtime.h>  /* _PyRuntime: the main thread, the GIL before 3.12 */
+#if PY_VERSION_HEX >= 0x030D0000
+#include <internal/pycore_ceval.h>    /* the eval-breaker bits */
 #endif
 #if PY_VERSION_HEX >= 0x030B0000
 #include <internal/pycore_frame.h>
+#else
+#include <frameobject.h>              /* 3.10: the frame object's fields */
 #endif
 
-#if PY_VERSION_HEX < 0x030D0000
+/* The GIL's state (3.10 and 3.11 keep one for the process, 3.12+ one per interpreter). */
+static struct _gil_runtime_state *
+gil_of(PyInterpreterState *interp)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return interp->ceval.gil;
+#else
+    (void)interp;
+    return &_PyRuntime.ceval.gil;
+#endif
+}
+
 /* The main thread's state (call with the GIL). */
 PyThreadState *
 flameprof_main_thread_state(PyInterpreterState *interp)
@@ -37,6 +57,121 @@ flameprof_main_thread_state(PyInterpreterState *interp)
     return NULL;
 }
 
+/* The thread state holding the GIL, or NULL while it is free. Read without a lock: a hint, and
+ * never dereferenced. */
+PyThreadState *
+flameprof_gil_holder(PyInterpreterState *interp)
+{
+    struct _gil_runtime_state *gil = gil_of(interp);
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!_Py_atomic_load_int_relaxed(&gil->locked))
+        return NULL;
+    return _Py_atomic_load_ptr_relaxed(&gil->last_holder);
+#else
+    if (!_Py_atomic_load_relaxed(&gil->locked))
+        return NULL;
+    return (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder);
+#endif
+}
+
+static double
+monotonic_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The thread holding the GIL, or NULL; with the GIL's mutex held. */
+static PyThreadState *
+holder_locked(struct _gil_runtime_state *gil)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return _Py_atomic_load_int_relaxed(&gil->locked) ? gil->last_holder : NULL;
+#else
+    return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) : NULL;
+#endif
+}
+
+/* Ask ``holder`` to let the GIL go at its next bytecode boundary, as a thread that has waited a
+ * switch interval for it does (with the GIL's mutex held, as it does: the holder cannot release
+ * the GIL, let alone end, meanwhile). Whoever takes the GIL next clears the request. */
+static void
+request_drop(PyInterpreterState *interp, PyThreadState *holder)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    (void)interp;
+    _Py_set_eval_breaker_bit(holder, _PY_GIL_DROP_REQUEST_BIT);
+#else
+    (void)holder;
+    _Py_atomic_store_relaxed(&interp->ceval.gil_drop_request, 1);
+    _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
+#endif
+}
+
+/* Freeze the interpreter: return 1 holding the GIL's mutex with the GIL free, so that no thread
+ * can take the GIL, run Python or change a frame until flameprof_gil_thaw(). While a thread holds
+ * the GIL, it is asked to let it go, and the clock waits on the GIL's condition as a thread
+ * waiting for the GIL does, but without taking it; 0 (nothing held) when it is still held at
+ * ``until`` (monotonic seconds).
+ *
+ * A thread that lets the GIL go while a drop request is pending waits until another thread has
+ * taken it (FORCE_SWITCHING in ceval_gil.c). Once frozen, the clock tells a thread it asked that
+ * the switch happened (``self``, the clock's thread state, is recorded as the last holder, as
+ * taking the GIL does), so that it goes on to take the GIL again at the thaw, unless a thread
+ * that was waiting for it takes it first. Lock order as in take_gil(): the GIL's mutex, then the
+ * switch mutex. */
+int
+flameprof_gil_freeze(PyInterpreterState *interp, PyThreadState *self, double until)
+{
+    struct _gil_runtime_state *gil = gil_of(interp);
+    PyThreadState *asked = NULL, *holder;
+    pthread_mutex_lock(&gil->mutex);
+    while ((holder = holder_locked(gil)) != NULL) {
+        if (holder != asked) {
+            request_drop(interp, holder);
+            asked = holder;
+        }
+        double now = monotonic_now();
+        if (now >= until) {
+            pthread_mutex_unlock(&gil->mutex);
+            return 0;
+        }
+        /* woken when the holder lets go (unless a thread waiting for the GIL is woken instead and
+         * takes it: then the next look, at most 50 us later, asks the new holder) */
+        double wake = now + 50e-6 < until ? now + 50e-6 : until;
+        struct timespec ts = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
+        pthread_cond_clockwait(&gil->cond, &gil->mutex, CLOCK_MONOTONIC, &ts);
+    }
+#ifdef FORCE_SWITCHING
+    if (asked != NULL) {
+        pthread_mutex_lock(&gil->switch_mutex);
+#if PY_VERSION_HEX >= 0x030D0000
+        if (gil->last_holder == asked) {
+            _Py_atomic_store_ptr_relaxed(&gil->last_holder, self);
+#else
+        if ((PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == asked) {
+            _Py_atomic_store_relaxed(&gil->last_holder, (uintptr_t)self);
+#endif
+            pthread_cond_signal(&gil->switch_cond);
+        }
+        pthread_mutex_unlock(&gil->switch_mutex);
+    }
+#endif
+    return 1;
+}
+
+/* End a freeze. The clock may have been woken in place of a thread waiting for the GIL: wake one
+ * (a waiting thread that finds the GIL taken waits again). */
+void
+flameprof_gil_thaw(PyInterpreterState *interp)
+{
+    struct _gil_runtime_state *gil = gil_of(interp);
+    pthread_cond_signal(&gil->cond);
+    pthread_mutex_unlock(&gil->mutex);
+}
+
+#if PY_VERSION_HEX < 0x030D0000
 /* Raise the eval-breaker flag if ``main`` holds the GIL (the holder is read without a lock: a
  * hint). Only then: a thread that cannot run the pending call leaves the flag raised (before 3.13
  * on Linux nothing lowers it until its next GIL switch), and would check its pending work at every
@@ -44,12 +179,7 @@ flameprof_main_thread_state(PyInterpreterState *interp)
 void
 flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    struct _gil_runtime_state *gil = interp->ceval.gil;
-#else
-    struct _gil_runtime_state *gil = &_PyRuntime.ceval.gil;
-#endif
-    if (_Py_atomic_load_relaxed(&gil->locked) && (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == main)
+    if (flameprof_gil_holder(interp) == main)
         _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
@@ -62,7 +192,32 @@ flameprof_switch_interval_slot(PyInterpreterState *interp)
 #endif
 #endif
 
-#if PY_VERSION_HEX >= 0x030B0000
+#if PY_VERSION_HEX < 0x030B0000
+/* 3.10: the frame objects are the frames (a thread's innermost, with the GIL or frozen). */
+void *
+flameprof_frame_first(PyThreadState *ts)
+{
+    return ts->frame;
+}
+
+void *
+flameprof_frame_next(void *frame)
+{
+    return ((PyFrameObject *)frame)->f_back;
+}
+
+PyCodeObject *
+flameprof_frame_code(void *frame)
+{
+    return ((PyFrameObject *)frame)->f_code;
+}
+
+PyObject *
+flameprof_frame_object(void *frame)
+{
+    return (PyObject *)frame;
+}
+#else
 /* The first frame from ``frame`` outward that has started running its code (the one
  * PyThreadState_GetFrame() and PyFrame_GetBack() would return), or NULL. */
 static _PyInterpreterFrame *

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #define SKIP_FRAME (-1)
@@ -38,7 +39,12 @@
 #define CPU_READ_PERIOD 0.005
 #define MAX_UNREAD 32
 
-/* ---- growable arrays (plain malloc: large ones are mmap-backed, untouched pages cost no RSS) */
+/* ---- growable arrays (plain malloc: large ones are mmap-backed, untouched pages cost no RSS;
+ * not PyMem_Raw*, whose tracemalloc hook takes the GIL, which a frozen sample must not ask for) */
+
+/* Set on the clock thread while it samples a frozen interpreter: no Python exception can be set
+ * there (the thread holds no thread state), so a failed allocation only fails. */
+static _Thread_local int no_thread_state;
 
 static int
 grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
@@ -48,9 +54,10 @@ grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t item)
     Py_ssize_t n = *cap ? *cap : 64;
     while (n < need)
         n *= 2;
-    void *p = PyMem_RawRealloc(*buf, (size_t)n * item);
+    void *p = realloc(*buf, (size_t)n * item);
     if (p == NULL) {
-        PyErr_NoMemory();
+        if (!no_thread_state)
+            PyErr_NoMemory();
         return -1;
     }
     *buf = p;
@@ -111,9 +118,10 @@ map_put(Map *m, uintptr_t a, uintptr_t b, uintptr_t c, int64_t value)
 {
     if ((m->len + 1) * 2 > m->cap) {
         Py_ssize_t ncap = m->cap ? m->cap * 2 : 256;
-        Entry *slots = PyMem_RawCalloc((size_t)ncap, sizeof(Entry));
+        Entry *slots = calloc((size_t)ncap, sizeof(Entry));
         if (slots == NULL) {
-            PyErr_NoMemory();
+            if (!no_thread_state)
+                PyErr_NoMemory();
             return -1;
         }
         for (Py_ssize_t j = 0; j < m->cap; j++) {
@@ -125,7 +133,7 @@ map_put(Map *m, uintptr_t a, uintptr_t b, uintptr_t c, int64_t value)
                 k = (k + 1) & (ncap - 1);
             slots[k] = *e;
         }
-        PyMem_RawFree(m->slots);
+        free(m->slots);
         m->slots = slots;
         m->cap = ncap;
     }
@@ -146,7 +154,7 @@ map_put(Map *m, uintptr_t a, uintptr_t b, uintptr_t c, int64_t value)
 static void
 map_clear(Map *m)
 {
-    PyMem_RawFree(m->slots);
+    free(m->slots);
     m->slots = NULL;
     m->cap = m->len = 0;
 }
@@ -182,6 +190,8 @@ typedef struct {
     unsigned long ident;
     Py_ssize_t first, count;      /* its frames in the scratch array, leaf first */
     Py_ssize_t scope_first, scope_count;
+    int32_t sid;                  /* its stack id, once resolved (frozen samples) */
+    Py_ssize_t thread;            /* its ThreadRec's index, once resolved (frozen samples) */
 } Walk;
 
 typedef struct {
@@ -189,7 +199,7 @@ typedef struct {
     /* Python callbacks, each called only for something new */
     PyObject *resolve_code;    /* code -> frame id, -1 skip, -2 boundary */
     PyObject *resolve_stack;   /* tuple of frame ids, root first -> stack id */
-    PyObject *resolve_thread;  /* ident -> (thread index, native id or 0) */
+    PyObject *resolve_thread;  /* ident -> (thread index, native id or 0), or None: not yet */
     PyObject *resolve_frame;   /* Frame -> frame id (hook results and scope frames) */
     PyObject *resolve_marker;  /* number of dropped frames -> frame id of the marker */
     PyObject *hooks;           /* dict code -> hook(frame) */
@@ -348,12 +358,12 @@ object_frame(Sampler *s, PyObject *frame_obj)
     return (int32_t)fid;
 }
 
-#if PY_VERSION_HEX >= 0x030B0000
-/* interp_internals.c: a thread's interpreter frames, read in place */
+/* interp_internals.c: a thread's frames, read in place (3.11+ interpreter frames, 3.10 frame objects) */
 void *flameprof_frame_first(PyThreadState *ts);
 void *flameprof_frame_next(void *frame);
 PyCodeObject *flameprof_frame_code(void *frame);
 PyObject *flameprof_frame_object(void *frame);
+#if PY_VERSION_HEX >= 0x030B0000
 PyObject *flameprof_frame_first_local(void *frame);
 void *flameprof_frame_of(PyFrameObject *frame);
 #endif
@@ -448,22 +458,34 @@ hash_ids(const int32_t *ids, Py_ssize_t n)
     return mix(h);
 }
 
-/* The stack id of a root-first id sequence; stacks are keyed by (hash, probe) and checked against the arena. */
+#define UNKNOWN_STACK (-2)
+
+/* The stack id of a root-first id sequence met before, or UNKNOWN_STACK; stacks are keyed by
+ * (hash, probe) and checked against the arena. */
+static int32_t
+known_stack(Sampler *s, const int32_t *ids, Py_ssize_t n, uint64_t h)
+{
+    for (uintptr_t probe = 0;; probe++) {
+        Entry *e = map_find(&s->stacks, (uintptr_t)h, probe, 0);
+        if (e == NULL)
+            return UNKNOWN_STACK;
+        Py_ssize_t off = (Py_ssize_t)(e->value >> 32);
+        Py_ssize_t len = s->arena[off];
+        if (len == n && memcmp(s->arena + off + 1, ids, (size_t)n * sizeof(int32_t)) == 0)
+            return (int32_t)(e->value & 0xffffffff);
+    }
+}
+
+/* The stack id of a root-first id sequence, asking Python for a new one. */
 static int32_t
 stack_id(Sampler *s, const int32_t *ids, Py_ssize_t n)
 {
     if (n == 0)
         return -1;
     uint64_t h = hash_ids(ids, n);
-    for (uintptr_t probe = 0;; probe++) {
-        Entry *e = map_find(&s->stacks, (uintptr_t)h, probe, 0);
-        if (e == NULL)
-            break;
-        Py_ssize_t off = (Py_ssize_t)(e->value >> 32);
-        Py_ssize_t len = s->arena[off];
-        if (len == n && memcmp(s->arena + off + 1, ids, (size_t)n * sizeof(int32_t)) == 0)
-            return (int32_t)(e->value & 0xffffffff);
-    }
+    int32_t known = known_stack(s, ids, n, h);
+    if (known != UNKNOWN_STACK)
+        return known;
     PyObject *tuple = PyTuple_New(n);
     if (tuple == NULL) {
         PyErr_Clear();
@@ -521,6 +543,10 @@ new_thread(Sampler *s, unsigned long ident, double now)
         return NULL;
     PyObject *r = PyObject_CallOneArg(s->resolve_thread, key);
     Py_DECREF(key);
+    if (r == Py_None) {  /* not to be sampled yet */
+        Py_DECREF(r);
+        return NULL;
+    }
     long index, native_id;
     if (r == NULL || !PyArg_ParseTuple(r, "ll", &index, &native_id)) {
         Py_XDECREF(r);
@@ -547,20 +573,24 @@ new_thread(Sampler *s, unsigned long ident, double now)
     return t;
 }
 
-/* Phase 1 for one thread without making frame objects (3.11+): 1 when every frame's code is known
- * and every layer hook's result cached, which in the steady state they are; else 0 and nothing
- * kept (the thread is walked through its frame objects, and phase 2 asks Python); -1 out of memory. */
+/* Phase 1 for one thread without making frame objects or calling Python: 1 when every frame's code
+ * is known and every layer hook's result cached, which in the steady state they are; else 0 and
+ * nothing kept (the thread is walked through its frame objects, and phase 2 asks Python); -1 out
+ * of memory. */
 static int
 walk_in_place(Sampler *s, PyThreadState *ts)
 {
-#if PY_VERSION_HEX >= 0x030B0000
     Py_ssize_t first = s->nframes;
     for (void *f = flameprof_frame_first(ts); f != NULL; f = flameprof_frame_next(f)) {
         PyCodeObject *code = flameprof_frame_code(f);
         Entry *e = map_find(&s->codes, (uintptr_t)code, 0, 0);
         int32_t hook = -1;
         if (e != NULL && (e->value >> 32) & FLAG_HOOK) {
+#if PY_VERSION_HEX >= 0x030B0000
             PyObject *self_obj = first_argument(NULL, f, code);
+#else
+            PyObject *self_obj = first_argument((PyObject *)f, NULL, code);
+#endif
             Entry *h = self_obj != NULL ? cached_hook(s, code, self_obj) : NULL;
             if (h == NULL)
                 e = NULL;
@@ -576,9 +606,6 @@ walk_in_place(Sampler *s, PyThreadState *ts)
         s->frames[s->nframes++] = (FrameRef){.code = code, .owner = flameprof_frame_object(f), .entry = e->value, .hook = hook};
     }
     return 1;
-#else
-    return 0;
-#endif
 }
 
 /* Phase 1: collect frames and scope entries of every thread but ``exclude``. */
@@ -655,9 +682,11 @@ push_id(Sampler *s, int32_t fid, PyObject *owner)
     return 0;
 }
 
-/* Phase 2 for one thread: frame ids root first in s->ids, with scopes inserted and truncation applied. */
+/* Phase 2 for one thread: frame ids root first in s->ids, with scopes inserted and truncation
+ * applied. Without ``python`` (a frozen sample: frames walked in place, no scopes) a truncation
+ * marker not met before makes it return UNKNOWN_STACK. */
 static int
-build_ids(Sampler *s, Walk *w)
+build_ids(Sampler *s, Walk *w, int python)
 {
     s->nids = 0;
     for (Py_ssize_t i = w->first; i < w->first + w->count; i++) {
@@ -707,7 +736,10 @@ build_ids(Sampler *s, Walk *w)
     }
     if (s->nids > s->max_depth) {
         Py_ssize_t dropped = s->nids - s->max_depth + 1;
-        int32_t marker = marker_frame(s, dropped);
+        Entry *known = python ? NULL : map_find(&s->markers, (uintptr_t)dropped, 0, 0);
+        if (!python && known == NULL)
+            return UNKNOWN_STACK;
+        int32_t marker = python ? marker_frame(s, dropped) : (int32_t)known->value;
         s->nids = s->max_depth - 1;
         if (marker >= 0)
             s->ids[s->nids++] = marker;
@@ -715,12 +747,12 @@ build_ids(Sampler *s, Walk *w)
     return 0;
 }
 
-/* A row: the thread (with ROW_FRESH on its first), the stack and the CPU time since its last row
- * (filled in by settle_cpu(), now or within CPU_READ_PERIOD).
+/* A row of the tick at ``tick``: the thread (with ROW_FRESH on its first), the stack and the CPU
+ * time since its last row (filled in by settle_cpu(), now or within CPU_READ_PERIOD).
  * Its wall time is not stored: a thread alive in this tick was sampled in the previous one (else
  * it was forgotten and is fresh now), so the wall time is always the time since the previous tick. */
 static int
-append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
+append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now)
 {
     uint16_t fresh = t->fresh ? ROW_FRESH : 0;
     t->fresh = 0;
@@ -736,16 +768,65 @@ append_row(Sampler *s, ThreadRec *t, int32_t sid, double now)
     s->row_stack[s->nrows] = sid;
     s->row_cpu[s->nrows] = 0.0f;
     t->unread_row[t->unread] = s->nrows;
-    t->unread_wall[t->unread++] = (float)(now - s->last_tick);
+    t->unread_wall[t->unread++] = (float)(tick - s->last_tick);
     s->nrows = n;
     if (t->unread == MAX_UNREAD || now - t->last_read >= CPU_READ_PERIOD)
         settle_cpu(s, t, now);
     return 0;
 }
 
-/* One sample of every thread but ``exclude``; -1 with an exception set when out of memory. */
+/* The time a sample is recorded at: the tick's (when the clock asked for it), within the time
+ * since the previous sample and now. */
+static double
+tick_time(Sampler *s, double tick, double now)
+{
+    if (tick <= 0.0 || tick > now)
+        tick = now;
+    return tick < s->last_tick ? s->last_tick : tick;
+}
+
+/* Close the tick whose rows start at ``first_row``: forget threads not seen in it (so a reused
+ * ident starts afresh), and record it, or drop its rows when it ``failed``. 0 or -1 (failed). */
 static int
-take_sample(Sampler *s, unsigned long exclude)
+end_tick(Sampler *s, Py_ssize_t first_row, double tick, double now, int failed)
+{
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < s->nthreads; i++) {
+        ThreadRec *t = &s->threads[i];
+        if (t->seen != s->tick_count) {
+            if (t->unread)
+                settle_cpu(s, t, now);
+            continue;
+        }
+        if (kept != i)
+            s->threads[kept] = *t;
+        kept++;
+    }
+    s->nthreads = kept;
+    if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
+        GROW(s->tick_prev, s->tprev_cap, s->nticks + 1) == 0 &&
+        GROW(s->tick_rows, s->trows_cap, s->nticks + 1) == 0) {
+        s->tick_time[s->nticks] = tick;
+        s->tick_prev[s->nticks] = s->last_tick;
+        s->tick_rows[s->nticks] = (uint32_t)(s->nrows - first_row);
+        s->nticks++;
+        s->done_rows = s->nrows;
+    }
+    else {  /* drop the tick's rows */
+        s->nrows = first_row;
+        for (Py_ssize_t i = 0; i < s->nthreads; i++)
+            while (s->threads[i].unread > 0 && s->threads[i].unread_row[s->threads[i].unread - 1] >= first_row)
+                s->threads[i].unread--;
+        failed = 1;
+    }
+    s->last_tick = tick;
+    return failed ? -1 : 0;
+}
+
+/* One sample of every thread but ``exclude``, with the GIL, stamped ``tick`` (0: now); -1 with an
+ * exception set when out of memory. */
+static int
+take_sample(Sampler *s, unsigned long exclude, double tick)
 {
     if (s->sampling)  /* a callback of this sample let another thread in: skip, do not corrupt it */
         return 0;
@@ -768,6 +849,7 @@ take_sample(Sampler *s, unsigned long exclude)
     int gc_was_enabled = PyGC_Disable();
     int failed = walk_threads(s, exclude) < 0;
     double now = monotonic();
+    tick = tick_time(s, tick, now);
     s->tick_count++;
     Py_ssize_t first_row = s->nrows;
     for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
@@ -778,43 +860,13 @@ take_sample(Sampler *s, unsigned long exclude)
             continue;
         }
         t->seen = s->tick_count;
-        if (build_ids(s, w) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), now) < 0)
+        if (build_ids(s, w, 1) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), tick, now) < 0)
             failed = 1;
     }
     release_scratch(s);
     if (gc_was_enabled)
         PyGC_Enable();
-    /* forget threads that are gone, so a reused ident starts afresh */
-    Py_ssize_t kept = 0;
-    for (Py_ssize_t i = 0; i < s->nthreads; i++) {
-        ThreadRec *t = &s->threads[i];
-        if (t->seen != s->tick_count) {
-            if (t->unread)
-                settle_cpu(s, t, now);
-            continue;
-        }
-        if (kept != i)
-            s->threads[kept] = *t;
-        kept++;
-    }
-    s->nthreads = kept;
-    if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
-        GROW(s->tick_prev, s->tprev_cap, s->nticks + 1) == 0 &&
-        GROW(s->tick_rows, s->trows_cap, s->nticks + 1) == 0) {
-        s->tick_time[s->nticks] = now;
-        s->tick_prev[s->nticks] = s->last_tick;
-        s->tick_rows[s->nticks] = (uint32_t)(s->nrows - first_row);
-        s->nticks++;
-        s->done_rows = s->nrows;
-    }
-    else {  /* drop the tick's rows */
-        s->nrows = first_row;
-        for (Py_ssize_t i = 0; i < s->nthreads; i++)
-            while (s->threads[i].unread > 0 && s->threads[i].unread_row[s->threads[i].unread - 1] >= first_row)
-                s->threads[i].unread--;
-        failed = 1;
-    }
-    s->last_tick = now;
+    failed = end_tick(s, first_row, tick, now, failed) < 0;
     s->busy += monotonic() - start;
     s->sampling = 0;
     if (failed) {
@@ -824,37 +876,107 @@ take_sample(Sampler *s, unsigned long exclude)
     return 0;
 }
 
+/* One sample of every thread but ``exclude``, taken by the clock thread while the interpreter is
+ * frozen: no thread holds the GIL and none can take it (interp_internals.c, flameprof_gil_freeze),
+ * so no frame can change, and the clock calls nothing that needs a thread state. 1: taken; 0:
+ * something in it is new (a code object, stack, thread, layer hook result or truncation marker),
+ * or user scopes are open, or the caches are stale: only a sample with the GIL can resolve that,
+ * and nothing was recorded. */
+static int
+take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick)
+{
+    if (s->sampling || s->stale || (s->scopes != Py_None && PyDict_GET_SIZE(s->scopes) > 0))
+        return 0;
+    s->sampling = 1;
+    no_thread_state = 1;
+    double start = monotonic();
+    int known = 1;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL && known; ts = PyThreadState_Next(ts)) {
+        if (ts->thread_id == exclude)
+            continue;
+        if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0) {
+            known = 0;
+            break;
+        }
+        Walk *w = &s->walks[s->nwalks];
+        *w = (Walk){.ident = ts->thread_id, .first = s->nframes, .scope_first = s->nscope};
+        known = walk_in_place(s, ts) > 0;
+        w->count = s->nframes - w->first;
+        if (known && w->count > 0)
+            s->nwalks++;
+    }
+    for (Py_ssize_t i = 0; i < s->nwalks && known; i++) {
+        Walk *w = &s->walks[i];
+        ThreadRec *t = find_thread(s, w->ident);
+        known = t != NULL && build_ids(s, w, 0) == 0;
+        if (known)  /* as stack_id(): -1 for a thread whose every frame is skipped */
+            w->sid = s->nids == 0 ? -1 : known_stack(s, s->ids, s->nids, hash_ids(s->ids, s->nids));
+        known = known && w->sid != UNKNOWN_STACK;
+        w->thread = t != NULL ? t - s->threads : -1;
+    }
+    if (known) {
+        double now = monotonic();
+        tick = tick_time(s, tick, now);
+        s->tick_count++;
+        Py_ssize_t first_row = s->nrows;
+        int failed = 0;
+        for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
+            ThreadRec *t = &s->threads[s->walks[i].thread];
+            t->seen = s->tick_count;
+            failed = append_row(s, t, s->walks[i].sid, tick, now) < 0;
+        }
+        end_tick(s, first_row, tick, now, failed);
+        s->busy += monotonic() - start;
+    }
+    s->nframes = s->nwalks = 0;  /* frames walked in place hold no reference */
+    no_thread_state = 0;
+    s->sampling = 0;
+    return known;
+}
+
 static PyObject *
 Sampler_sample(Sampler *s, PyObject *args)
 {
     unsigned long exclude = 0;
     if (!PyArg_ParseTuple(args, "|k", &exclude))
         return NULL;
-    if (take_sample(s, exclude) < 0)
+    if (take_sample(s, exclude, 0.0) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
 /* ---- the clock thread: a C thread that wakes every interval and gets a sample taken.
  *
- * It first asks the interpreter to run the sample as a pending call: the main thread runs it at
- * its next bytecode boundary, within microseconds when it is executing Python, without waiting
- * for a GIL switch interval. When the pending call has not run after a short grace time (the main
- * thread is blocked in C without the GIL, or waiting for it), the clock thread takes the GIL and
- * samples itself. Every ``slow_interval`` it also runs a Python callback with the GIL (process
- * counters). One clock per process; fork handlers leave the child with none and sane locks.
- *
- * Before 3.13 a pending call added from another thread is noticed at the main thread's next GIL
- * switch; there the clock also sets the eval-breaker flag while the main thread holds the GIL
- * (interp_internals.c) so that it is noticed at once.
+ * A sample must show every thread where it was at the tick, not where it next lets the GIL go
+ * (a thread that computes for 2 ms and then blocks would otherwise be seen blocked nearly always).
+ * At each tick the clock looks at who holds the GIL (a lock-free read):
+ * - the main thread: the clock asks it to run the sample as a pending call, which it does at its
+ *   next bytecode boundary, within microseconds, without handing the GIL over. Before 3.13 a
+ *   pending call added from another thread is noticed only at the main thread's next GIL switch,
+ *   so the clock also raises the eval-breaker flag (interp_internals.c). If the call has not run
+ *   after 0.8 of an interval (the main thread was in a long C call), the clock samples itself.
+ * - nobody (every thread is blocked or in C without the GIL, so no stack can change): the clock
+ *   takes the GIL and samples.
+ * - another thread: the clock asks it to let the GIL go at its next bytecode boundary, as a thread
+ *   that has waited a switch interval does, waits for that without queueing for the GIL
+ *   (await_free_gil), then takes the GIL and samples.
+ * A sample is stamped with the tick's time, whenever it is taken. The clock thread asks the
+ * scheduler to run it at its ticks (raise_clock_priority). Every ``slow_interval`` it also
+ * runs a Python callback with the GIL (process counters). One clock per process; fork handlers
+ * leave the child with none and sane locks.
  */
-#if PY_VERSION_HEX < 0x030D0000
 PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);  /* interp_internals.c */
+PyThreadState *flameprof_gil_holder(PyInterpreterState *interp);
+int flameprof_gil_freeze(PyInterpreterState *interp, PyThreadState *self, double until);
+void flameprof_gil_thaw(PyInterpreterState *interp);
+#if PY_VERSION_HEX < 0x030D0000
 void flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main);
 #endif
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
 static const int SYNCHRONOUS_SIGNALS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
+
+#define TICK_RING 8
 
 static struct {
     pthread_mutex_t mu;
@@ -862,14 +984,15 @@ static struct {
     pthread_t thread;
     int alive, stop, queued;   /* stop and queued: read and written atomically (the main thread takes no lock) */
     uint64_t want, claimed;    /* atomic: the newest tick requested, the newest one a thread took */
+    double tick_at[TICK_RING]; /* the time of tick ``seq`` at [seq % TICK_RING] */
     double interval, slow_interval;
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
     unsigned long lowered_from; /* the program's switch interval while the clock has it lowered (0: not) */
     unsigned long lowered_to;   /* the value it is lowered to */
-    uint64_t by_pending, by_clock;  /* samples taken in a pending call / by the clock thread */
-    PyThreadState *main_ts;    /* the main thread's state, compared with the GIL's holder (before 3.13) */
+    uint64_t by_pending, by_frozen, by_clock;  /* samples taken in a pending call / frozen / with the GIL by the clock */
+    PyThreadState *main_ts;    /* the main thread's state, compared with the GIL's holder */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void
@@ -925,13 +1048,15 @@ static int
 pending_sample(void *unused)
 {
     STORE(clk.queued, 0);
-    if (!claim_tick(LOAD(clk.want)))
+    uint64_t seq = LOAD(clk.want);
+    double tick = clk.tick_at[seq % TICK_RING];
+    if (!claim_tick(seq))
         return 0;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     Sampler *s = clk.sampler;
     Py_INCREF(s);
-    if (take_sample(s, clk.ident) < 0)
+    if (take_sample(s, clk.ident, tick) < 0)
         PyErr_Clear();
     __atomic_add_fetch(&clk.by_pending, 1, __ATOMIC_RELEASE);
     Py_DECREF(s);
@@ -1031,19 +1156,85 @@ acquire_gil(PyThreadState *ts)
 #endif
 }
 
+/* Take a sample stamped ``tick`` with the interpreter frozen, if it can be frozen within
+ * ``budget`` seconds (interp_internals.c, flameprof_gil_freeze): 1 when taken; 0 when it must be
+ * taken with the GIL (the holder did not let go in time, or something in the sample is new). */
+static int
+sample_frozen(PyInterpreterState *interp, PyThreadState *self, double tick, double budget)
+{
+    if (!flameprof_gil_freeze(interp, self, monotonic() + budget))
+        return 0;
+    int taken = take_frozen_sample(clk.sampler, interp, clk.ident, tick);
+    flameprof_gil_thaw(interp);
+    return taken;
+}
+
+/* The clock thread must run at its ticks even when every CPU is busy with the program's threads,
+ * and must not be kept waiting for a CPU by a thread it has just woken (its own CPU taken, it
+ * missed the ticks while that thread computed and resumed when it blocked: a thread computing
+ * 2 ms and sleeping 2 ms was seen computing 38 % of the time, not 49 %). Where allowed (root,
+ * CAP_SYS_NICE or an RLIMIT_RTPRIO), it runs SCHED_FIFO at the lowest real-time priority: it
+ * preempts the program's threads for the microseconds of a tick, and sleeps the rest of the time
+ * (it never spins; the tick hooks, which run Python and write files, run at its old policy).
+ * Elsewhere, on Linux 6.12+ (EEVDF), it asks for the shortest time slice, so that its wake-up
+ * preempts a thread computing on its CPU (at the default slice it waited for that thread to
+ * block: a loop of 1.7 ms of Python and 2 ms of sleep was seen computing in 14-18 % of the ticks,
+ * not 36 %). Either way the thread's nice value is kept; where neither works nothing changes. */
+#if defined(__linux__)
+#include <sys/syscall.h>
+struct sched_attr_v1 {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t priority;
+    uint64_t runtime, deadline, period;
+};
+#endif
+
+static int clock_realtime;  /* the clock thread runs SCHED_FIFO (policy toggled around the hooks) */
+
+static void
+raise_clock_priority(void)
+{
+    struct sched_param rt = {.sched_priority = sched_get_priority_min(SCHED_FIFO)};
+    if (pthread_setschedparam(pthread_self(), SCHED_FIFO, &rt) == 0) {
+        clock_realtime = 1;
+        return;
+    }
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+    struct sched_attr_v1 attr;
+    memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0 || attr.policy != SCHED_OTHER)
+        return;
+    attr.size = sizeof attr;
+    attr.flags = 0;
+    attr.runtime = 100 * 1000;  /* ns: the shortest slice the kernel grants */
+    (void)syscall(SYS_sched_setattr, 0, &attr, 0);
+#endif
+}
+
+/* Around the tick hooks: the program's policy (1: back to real time). */
+static void
+hooks_priority(int realtime)
+{
+    if (!clock_realtime)
+        return;
+    struct sched_param param = {.sched_priority = realtime ? sched_get_priority_min(SCHED_FIFO) : 0};
+    pthread_setschedparam(pthread_self(), realtime ? SCHED_FIFO : SCHED_OTHER, &param);
+}
+
 static void *
 clock_main(void *unused)
 {
     PyGILState_STATE gil = PyGILState_Ensure();
     clk.ident = PyThread_get_thread_ident();
     PyThreadState *ts = PyEval_SaveThread();
-#if PY_VERSION_HEX < 0x030D0000
     PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
-#endif
+    raise_clock_priority();
     /* the slow callback runs at the first tick (a followed fork writes its part then), then every
      * slow_interval */
     double next = monotonic(), last_slow = next - clk.slow_interval;
-    int main_runs_python = 1;
+    double freeze_budget = clk.interval / 2;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
         next += clk.interval;
@@ -1053,41 +1244,46 @@ clock_main(void *unused)
         WAIT_UNTIL(next, clk.stop);
         if (clk.stop)
             break;
-        /* Always ask the main thread (it may have gone back to Python), but give it time to answer
-         * only while it has been answering. */
-        uint64_t seq = __atomic_add_fetch(&clk.want, 1, __ATOMIC_ACQ_REL);
-        int queue = !__atomic_exchange_n(&clk.queued, 1, __ATOMIC_ACQ_REL);
+        double tick = monotonic();
+        uint64_t seq = LOAD(clk.want) + 1;
+        clk.tick_at[seq % TICK_RING] = tick;
+        STORE(clk.want, seq);
+        PyThreadState *holder = flameprof_gil_holder(interp);
+        int ask_main = holder != NULL && holder == clk.main_ts;
         pthread_mutex_unlock(&clk.mu);
-        if (queue && Py_AddPendingCall(pending_sample, NULL) < 0)
-            STORE(clk.queued, 0);
+        if (ask_main) {
+            if (!__atomic_exchange_n(&clk.queued, 1, __ATOMIC_ACQ_REL) && Py_AddPendingCall(pending_sample, NULL) < 0)
+                STORE(clk.queued, 0);
 #if PY_VERSION_HEX < 0x030D0000
-        else if (clk.main_ts != NULL)
             flameprof_wake_main_thread(interp, clk.main_ts);
 #endif
+        }
         /* The main thread does not signal its answer (waking this thread from there cost the
-         * program context switches every tick): the clock looks again after 0.8 of an interval, on
-         * its own timer, and samples from here if the tick is still unclaimed, e.g. during a C call
-         * that let the GIL go (a backward pass), which the main thread would sample only after. */
+         * program context switches every tick): the clock looks again after 0.8 of an interval,
+         * on its own timer, and samples from here if the tick is still unclaimed. */
         pthread_mutex_lock(&clk.mu);
-        if (main_runs_python)
-            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop);
-        int fallback = !clk.stop && LOAD(clk.claimed) < seq;
+        if (ask_main)
+            WAIT_UNTIL(monotonic() + clk.interval * 0.7, clk.stop);
+        int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0;
         now = monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
-        if (fallback || slow) {
+        if (fallback && claim_tick(seq)) {
+            if (sample_frozen(interp, ts, tick, freeze_budget))
+                clk.by_frozen++;
+            else
+                with_gil = 1;
+        }
+        if (with_gil || slow) {
             acquire_gil(ts);
-            /* the main thread's state persists: while it runs Python (it served the pending call
-             * first), keep asking it; while it is blocked, sample from here at once */
-            main_runs_python = 1;
-            if (fallback && claim_tick(seq)) {
-                main_runs_python = 0;
-                if (take_sample(clk.sampler, clk.ident) < 0)
+            if (with_gil) {
+                if (take_sample(clk.sampler, clk.ident, tick) < 0)
                     PyErr_Clear();
                 clk.by_clock++;
             }
             if (slow && clk.on_slow != NULL) {
                 last_slow = now;
+                hooks_priority(0);
                 /* The hooks read /proc and write parts: each system call lets the GIL go, and
                  * while the program runs Python, taking it back waited a switch interval (5 ms),
                  * so one run of the hooks kept the clock from ticking for 10-30 ms. */
@@ -1105,6 +1301,7 @@ clock_main(void *unused)
                 if (gc_was_enabled)
                     PyGC_Enable();
                 give_back_switch_interval();
+                hooks_priority(1);
             }
             ts = PyEval_SaveThread();
         }
@@ -1141,13 +1338,11 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.slow_interval = slow_interval;
     clk.stop = clk.queued = 0;
     clk.want = clk.claimed = 0;
-    clk.by_pending = clk.by_clock = 0;
+    clk.by_pending = clk.by_frozen = clk.by_clock = 0;
     clk.ident = 0;
     clk.alive = 1;
     clk.lowered_from = 0;
-#if PY_VERSION_HEX < 0x030D0000
     clk.main_ts = flameprof_main_thread_state(PyInterpreterState_Get());
-#endif
     s->last_tick = monotonic();
     /* The clock thread starts with the program's signals blocked, so the kernel delivers them to
      * the program's threads: before 3.13 a handler tripped in another thread than the main one
@@ -1208,8 +1403,9 @@ static PyObject *
 clock_stats(PyObject *unused1, PyObject *unused2)
 {
     pthread_mutex_lock(&clk.mu);
-    PyObject *r = Py_BuildValue("{sKsKsK}", "ticks_requested", (unsigned long long)LOAD(clk.want),
+    PyObject *r = Py_BuildValue("{sKsKsKsK}", "ticks_requested", (unsigned long long)LOAD(clk.want),
                                 "by_pending_call", (unsigned long long)LOAD(clk.by_pending),
+                                "frozen", (unsigned long long)clk.by_frozen,
                                 "by_clock_thread", (unsigned long long)clk.by_clock);
     pthread_mutex_unlock(&clk.mu);
     return r;
@@ -1390,7 +1586,7 @@ Sampler_dealloc(Sampler *s)
     void *bufs[] = {s->arena, s->threads, s->frames, s->walks, s->scope_items, s->ids, s->owners,
                     s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        PyMem_RawFree(bufs[i]);
+        free(bufs[i]);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 

@@ -14,7 +14,7 @@ import atexit
 from .. import _native
 from ..records import ProfileBuilder
 from .backend import SamplerBase
-from .sampler import MAX_DEPTH, code_frame_id, thread_identity, truncation_marker
+from .sampler import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
 
 # Seconds between runs of the tick hooks (process counters, part flushes) on the clock thread. Each
 # run takes the GIL from the program: about 0.6 ms of a PyTorch loop's time on this machine.
@@ -34,7 +34,7 @@ class NativeSampler(SamplerBase):
         self._c = _native.Sampler(
             resolve_code=lambda code: code_frame_id(builder, self.boundary_codes, code),
             resolve_stack=builder.stack_id,
-            resolve_thread=lambda ident: thread_identity(builder, self.pid, ident),
+            resolve_thread=lambda ident: sampled_thread(builder, self.pid, ident),
             resolve_frame=builder.frame,
             resolve_marker=lambda dropped: truncation_marker(builder, dropped),
             hooks=self.frame_hooks,

@@ -84,6 +84,16 @@ def thread_identity(builder: ProfileBuilder, pid: int, ident: int, native_id: in
     return builder.thread_id(pid, native_id or ident, name), native_id
 
 
+def sampled_thread(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int, int] | None:
+    """``thread_identity`` for a sampler, or None while ``ident`` may be a thread that ``threading``
+    is still starting: it is not registered under its ident yet, so its name and native id are
+    unknown, and a sampler that met it that early would keep it nameless; it is sampled from a
+    later tick on."""
+    if ident not in threading._active and threading._limbo:  # type: ignore[attr-defined]
+        return None
+    return thread_identity(builder, pid, ident)
+
+
 # Before 3.12 an allocation may run a garbage collection on the spot, and its finalizers may let
 # another thread run. Reading another thread's stack allocates (``sys._current_frames()`` and
 # ``frame.f_back`` build frame objects lazily on 3.11, ``frame.f_locals`` builds a dict): if that
@@ -154,7 +164,10 @@ class PythonSampler(SamplerBase):
                 continue
             state = states.get(ident)
             if state is None:
-                index, native_id = thread_identity(builder, self.pid, ident)
+                identity = sampled_thread(builder, self.pid, ident)
+                if identity is None:
+                    continue
+                index, native_id = identity
                 clock = thread_cpu_clock(native_id)
                 baseline = first_cpu_baseline(read_cpu(clock), now - self._last_tick)
                 state = states[ident] = _ThreadState(index, clock, self._last_tick, baseline)
