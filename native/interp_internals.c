@@ -110,55 +110,55 @@ request_drop(PyInterpreterState *interp, PyThreadState *holder)
 }
 
 /* Freeze the interpreter: return 1 holding the GIL's mutex with the GIL free, so that no thread
- * can take the GIL, run Python or change a frame until flameprof_gil_thaw(). While a thread holds
- * the GIL, it is asked to let it go, and the clock waits on the GIL's condition as a thread
- * waiting for the GIL does, but without taking it; 0 (nothing held) when it is still held at
- * ``until`` (monotonic seconds).
+ * can take the GIL, run Python or change a frame until flameprof_gil_thaw(); 0 (nothing held)
+ * when the GIL is still held at ``until`` (monotonic seconds).
  *
- * A thread that lets the GIL go while a drop request is pending waits until another thread has
- * taken it (FORCE_SWITCHING in ceval_gil.c). Once frozen, the clock tells a thread it asked that
- * the switch happened (``self``, the clock's thread state, is recorded as the last holder, as
- * taking the GIL does), so that it goes on to take the GIL again at the thaw, unless a thread
- * that was waiting for it takes it first. Lock order as in take_gil(): the GIL's mutex, then the
- * switch mutex. */
+ * The thread holding the GIL at the call is asked to let it go at its next bytecode boundary
+ * (``*asked``), and the clock watches for that for up to 50 us, taking the GIL's mutex the moment
+ * the GIL is free (before a thread waiting for the GIL, which must first be woken, does). If a
+ * waiting thread takes the GIL first, it is not asked: it runs its turn (asked at once each time,
+ * a thread that had waited for the GIL would get none), and the clock waits on the GIL's
+ * condition, as a waiting thread does but without taking the GIL, until it is free. */
 int
-flameprof_gil_freeze(PyInterpreterState *interp, PyThreadState *self, double until)
+flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **asked)
 {
     struct _gil_runtime_state *gil = gil_of(interp);
-    PyThreadState *asked = NULL, *holder;
     pthread_mutex_lock(&gil->mutex);
-    while ((holder = holder_locked(gil)) != NULL) {
-        if (holder != asked) {
-            request_drop(interp, holder);
-            asked = holder;
-        }
+    *asked = holder_locked(gil);
+    if (*asked == NULL)
+        return 1;
+    request_drop(interp, *asked);
+    pthread_mutex_unlock(&gil->mutex);
+    double watch_until = monotonic_now() + 50e-6;
+    while (holder_locked(gil) == *asked && monotonic_now() < watch_until)
+        ;
+    pthread_mutex_lock(&gil->mutex);
+    while (holder_locked(gil) != NULL) {
         double now = monotonic_now();
         if (now >= until) {
             pthread_mutex_unlock(&gil->mutex);
             return 0;
         }
-        /* woken when the holder lets go (unless a thread waiting for the GIL is woken instead and
-         * takes it: then the next look, at most 50 us later, asks the new holder) */
         double wake = now + 50e-6 < until ? now + 50e-6 : until;
         struct timespec ts = {(time_t)wake, (long)((wake - (double)(time_t)wake) * 1e9)};
         pthread_cond_clockwait(&gil->cond, &gil->mutex, CLOCK_MONOTONIC, &ts);
     }
-#ifdef FORCE_SWITCHING
-    if (asked != NULL) {
-        pthread_mutex_lock(&gil->switch_mutex);
-#if PY_VERSION_HEX >= 0x030D0000
-        if (gil->last_holder == asked) {
-            _Py_atomic_store_ptr_relaxed(&gil->last_holder, self);
-#else
-        if ((PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == asked) {
-            _Py_atomic_store_relaxed(&gil->last_holder, (uintptr_t)self);
-#endif
-            pthread_cond_signal(&gil->switch_cond);
-        }
-        pthread_mutex_unlock(&gil->switch_mutex);
-    }
-#endif
     return 1;
+}
+
+/* Whether ``asked``, which let the GIL go at the clock's request, still waits for another thread to
+ * take it (FORCE_SWITCHING in ceval_gil.c: a thread that lets the GIL go while a drop request is
+ * pending waits for the switch) and none has (read without a lock: a hint). */
+int
+flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked)
+{
+    struct _gil_runtime_state *gil = gil_of(interp);
+#if PY_VERSION_HEX >= 0x030D0000
+    return asked != NULL && !_Py_atomic_load_int_relaxed(&gil->locked) && _Py_atomic_load_ptr_relaxed(&gil->last_holder) == asked;
+#else
+    return asked != NULL && !_Py_atomic_load_relaxed(&gil->locked) &&
+           (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == asked;
+#endif
 }
 
 /* End a freeze. The clock may have been woken in place of a thread waiting for the GIL: wake one

@@ -967,8 +967,9 @@ Sampler_sample(Sampler *s, PyObject *args)
  */
 PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);  /* interp_internals.c */
 PyThreadState *flameprof_gil_holder(PyInterpreterState *interp);
-int flameprof_gil_freeze(PyInterpreterState *interp, PyThreadState *self, double until);
+int flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **asked);
 void flameprof_gil_thaw(PyInterpreterState *interp);
+int flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked);
 #if PY_VERSION_HEX < 0x030D0000
 void flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main);
 #endif
@@ -991,7 +992,7 @@ static struct {
     unsigned long ident;       /* the clock thread's ident, excluded from samples */
     unsigned long lowered_from; /* the program's switch interval while the clock has it lowered (0: not) */
     unsigned long lowered_to;   /* the value it is lowered to */
-    uint64_t by_pending, by_frozen, by_clock;  /* samples taken in a pending call / frozen / with the GIL by the clock */
+    uint64_t by_pending, by_clock, by_frozen;  /* samples taken in a pending call / by the clock thread / of those, frozen */
     PyThreadState *main_ts;    /* the main thread's state, compared with the GIL's holder */
 } clk = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -1158,14 +1159,22 @@ acquire_gil(PyThreadState *ts)
 
 /* Take a sample stamped ``tick`` with the interpreter frozen, if it can be frozen within
  * ``budget`` seconds (interp_internals.c, flameprof_gil_freeze): 1 when taken; 0 when it must be
- * taken with the GIL (the holder did not let go in time, or something in the sample is new). */
+ * taken with the GIL (the holder did not let go in time, or something in the sample is new).
+ * ``*switch_due`` is set when the thread that let the GIL go for it still waits for another
+ * thread to take it, 30 us after the thaw (a thread that was waiting for the GIL, woken at the
+ * thaw, takes it first when there is one): then the clock must take it, and give it back. */
 static int
-sample_frozen(PyInterpreterState *interp, PyThreadState *self, double tick, double budget)
+sample_frozen(PyInterpreterState *interp, double tick, double budget, int *switch_due)
 {
-    if (!flameprof_gil_freeze(interp, self, monotonic() + budget))
+    PyThreadState *asked;
+    *switch_due = 0;
+    if (!flameprof_gil_freeze(interp, monotonic() + budget, &asked))
         return 0;
     int taken = take_frozen_sample(clk.sampler, interp, clk.ident, tick);
     flameprof_gil_thaw(interp);
+    double until = monotonic() + 30e-6;
+    while ((*switch_due = flameprof_switch_pending(interp, asked)) && monotonic() < until)
+        ;
     return taken;
 }
 
@@ -1264,17 +1273,19 @@ clock_main(void *unused)
         pthread_mutex_lock(&clk.mu);
         if (ask_main)
             WAIT_UNTIL(monotonic() + clk.interval * 0.7, clk.stop);
-        int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0;
+        int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0, switch_due = 0;
         now = monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
         if (fallback && claim_tick(seq)) {
-            if (sample_frozen(interp, ts, tick, freeze_budget))
+            if (sample_frozen(interp, tick, freeze_budget, &switch_due)) {
                 clk.by_frozen++;
+                clk.by_clock++;
+            }
             else
                 with_gil = 1;
         }
-        if (with_gil || slow) {
+        if (with_gil || slow || switch_due) {
             acquire_gil(ts);
             if (with_gil) {
                 if (take_sample(clk.sampler, clk.ident, tick) < 0)

@@ -212,3 +212,67 @@ def test_real_loop_waiting_for_a_worker_is_data_wait():
     wait = (phases == LEAF_PHASES.index("data.wait")) & np.isin(profile.sample_thread, main)
     # three batches of eight 5 ms items: the main thread waits for most of ~120 ms
     assert profile.sample_wall[wait].sum() > 0.06
+
+
+class _PreparedItems:
+    """A dataset whose items take Python work and a wait (a read), prepared in a worker process."""
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        import time
+
+        import torch
+
+        acc = 0
+        for k in range(3000):
+            acc += k
+        time.sleep(0.0015)
+        return torch.randn(64), torch.tensor(i % 4)
+
+
+def test_phases_of_a_loop_whose_data_loading_blocks_match_its_own_timers():
+    """The main thread waits for a DataLoader worker, then computes between blocking calls (tensor ops
+    that let the GIL go): each phase's share of its wall time is within 3 points of its own timers."""
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    from flameprof.profiler import Profiler
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                torch.nn.ReLU(), torch.nn.Linear(512, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = iter(DataLoader(_PreparedItems(), batch_size=4, num_workers=1))
+    next(batches)  # the worker's start-up, outside the window
+    spent = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+    profiler = Profiler(rate=1000).start()
+    start = now = time.perf_counter()
+    while now - start < 3:
+        x, y = next(batches)
+        t1 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        opt.step()
+        opt.zero_grad()
+        t4 = time.perf_counter()
+        for phase, seconds in zip(spent, (t1 - now, t2 - t1, t3 - t2, t4 - t3)):
+            spent[phase] += seconds
+        now = t4
+    profile = profiler.stop()
+    main = [i for i, t in enumerate(profile.threads) if t.name == "MainThread"]
+    mine = np.isin(profile.sample_thread, main)
+    phases = phase_of_samples(profile)[mine]
+    wall = profile.sample_wall[mine]
+    total = wall.sum()
+    measured = {"data": wall[np.isin(phases, [LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch")])].sum(),
+                **{p: wall[phases == LEAF_PHASES.index(p)].sum() for p in ("forward", "backward", "optimizer")}}
+    truth_total = now - start
+    assert spent["data"] / truth_total > 0.2  # the loop did wait for its data
+    for phase in spent:
+        assert abs(100 * (measured[phase] / total - spent[phase] / truth_total)) <= 3, (phase, spent, measured)

@@ -224,7 +224,8 @@ def make_sampler(builder: ProfileBuilder, rate: float = 100.0, pid: int | None =
         try:
             from .native_sampler import NativeSampler
         except ImportError as exc:
-            _warn_once(f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler")
+            _warn_once(f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler, which sees "
+                       "a thread only where it lets the GIL go (Python work between blocking calls is under-counted)")
         else:
             return NativeSampler(builder, rate, pid)
     from .sampler import PythonSampler

@@ -29,12 +29,13 @@ if TYPE_CHECKING:
 BLOCKS = ("sleep", "condition", "queue", "socket", "zlib", "torch")
 
 
-def burst(seconds: float) -> float:
-    """Python work (the GIL held throughout) for ``seconds``; the seconds it took, by its own clock."""
+def burst(seconds: float) -> tuple[float, float]:
+    """Python work (the GIL held throughout) for ``seconds``; the wall and CPU seconds it took."""
+    cpu = time.thread_time()
     start = now = time.perf_counter()
     while now < start + seconds:
         now = time.perf_counter()
-    return now - start
+    return now - start, time.thread_time() - cpu
 
 
 def _until(seconds: float, call: Callable[[], object]) -> None:
@@ -86,25 +87,34 @@ def blocker(kind: str) -> Callable[[float], None]:
     raise ValueError(f"unknown block kind {kind!r} (one of {', '.join(BLOCKS)})")
 
 
-def block(block_for: Callable[[float], None], seconds: float) -> float:
-    """The wait, in its own frame; the seconds it took, by its own clock."""
+def block(block_for: Callable[[float], None], seconds: float) -> tuple[float, float]:
+    """The wait, in its own frame; the wall and CPU seconds it took."""
+    cpu = time.thread_time()
     start = time.perf_counter()
     block_for(seconds)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.thread_time() - cpu
 
 
-def loop(kind: str, burst_ms: float, block_ms: float, seconds: float) -> dict[str, float]:
-    """Alternate ``burst`` and ``block`` for ``seconds``: the seconds spent in each, as measured
-    inside them, and in all (the loop's own lines, between them, are neither)."""
+def loop(kind: str, burst_ms: float, block_ms: float, seconds: float) -> dict[str, dict[str, float]]:
+    """Alternate ``burst`` and ``block`` for ``seconds``: the wall and the CPU seconds spent in each,
+    as measured inside them, and in all (the loop's own lines, between them, are neither)."""
     block_for = blocker(kind)
-    spent = {"burst": 0.0, "block": 0.0}
+    spent = {mode: {"burst": 0.0, "block": 0.0} for mode in ("wall", "cpu")}
+    cpu = time.thread_time()
     start = now = time.perf_counter()
     while now < start + seconds:
-        spent["burst"] += burst(burst_ms / 1000)
-        spent["block"] += block(block_for, block_ms / 1000)
+        for part, (wall, cpu_part) in (("burst", burst(burst_ms / 1000)), ("block", block(block_for, block_ms / 1000))):
+            spent["wall"][part] += wall
+            spent["cpu"][part] += cpu_part
         now = time.perf_counter()
-    spent["total"] = now - start
+    spent["wall"]["total"] = now - start
+    spent["cpu"]["total"] = time.thread_time() - cpu
     return spent
+
+
+def shares(spent: dict[str, float]) -> dict[str, float]:
+    """The share of the total that ``burst`` and ``block`` each took."""
+    return {part: spent[part] / spent["total"] for part in ("burst", "block")}
 
 
 def sampled_shares(profile: "Profile", thread_name: str, mode: str = "wall") -> dict[str, float]:
@@ -124,6 +134,42 @@ def sampled_shares(profile: "Profile", thread_name: str, mode: str = "wall") -> 
     return {part: value / total for part, value in found.items()}
 
 
+def compare(kind: str, *, rate: float, seconds: float, burst_ms: float = 1.0, block_ms: float = 2.0,
+            in_thread: bool = False, others: int = 0, mode: str = "wall") -> tuple[dict, dict]:
+    """Profile one run of ``loop``, in the main thread or another one, while ``others`` threads run
+    loops of their own: (its own shares, the profile's shares)."""
+    from flameprof.profiler import Profiler
+
+    stop = threading.Event()
+
+    def other() -> None:  # a background thread: mostly waiting, a little Python between
+        while not stop.is_set():
+            loop("socket", 0.2, 2.0, 0.05)
+
+    background = [threading.Thread(target=other, name=f"other-{i}") for i in range(others)]
+    result: dict = {}
+
+    def measured() -> None:
+        result["spent"] = loop(kind, burst_ms, block_ms, seconds)
+
+    loop(kind, burst_ms, block_ms, 0.01)  # imports and first calls outside the window
+    profiler = Profiler(rate=rate).start()
+    for thread in background:
+        thread.start()
+    if in_thread:
+        worker = threading.Thread(target=measured, name="blocking-loop")
+        worker.start()
+        worker.join()
+    else:
+        measured()
+    stop.set()
+    for thread in background:
+        thread.join()
+    profile = profiler.stop()
+    name = "blocking-loop" if in_thread else threading.main_thread().name
+    return shares(result["spent"][mode]), sampled_shares(profile, name, mode)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--block", choices=BLOCKS, default="sleep")
@@ -131,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-ms", type=float, default=2.0)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
-    spent = loop(args.block, args.burst_ms, args.block_ms, args.seconds)
-    total = spent["total"]
-    print(f"burst {100 * spent['burst'] / total:.1f} %  block {100 * spent['block'] / total:.1f} %  "
-          f"(the loop's own timers, {total:.1f} s)", file=sys.stderr)
+    spent = loop(args.block, args.burst_ms, args.block_ms, args.seconds)["wall"]
+    share = shares(spent)
+    print(f"burst {100 * share['burst']:.1f} %  block {100 * share['block']:.1f} %  "
+          f"(the loop's own timers, {spent['total']:.1f} s)", file=sys.stderr)
     return 0
 
 

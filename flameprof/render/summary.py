@@ -21,6 +21,9 @@ def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> st
     if profile.meta.get("sampler_starved"):
         lines.append(f"  warning: the sampler achieved {profile.meta.get('achieved_rate', 0):.0f} Hz, under half the "
                      "requested rate: something held the GIL for long stretches (a long C call) or the machine is busy")
+    if profile.meta.get("sampler") == "python":
+        lines.append("  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "
+                     "Python work between blocking calls (queues, I/O, syncs) is under-counted")
     analysis = analyze(profile, mode=mode, top=TOP)
     data = report_data(profile, mode=mode, analysis=analysis)
     if data["functions"]:
