@@ -115,7 +115,7 @@ request_drop(PyInterpreterState *interp, PyThreadState *holder)
  *
  * The thread holding the GIL at the call is asked to let it go at its next bytecode boundary
  * (``*asked``), and the clock watches for that for up to 50 us, taking the GIL's mutex the moment
- * the GIL is free (before a thread waiting for the GIL, which must first be woken, does). If a
+ * it is let go (before a thread waiting for the GIL, which must first be woken, does). If a
  * waiting thread takes the GIL first, it is not asked: it runs its turn (asked at once each time,
  * a thread that had waited for the GIL would get none), and the clock waits on the GIL's
  * condition, as a waiting thread does but without taking the GIL, until it is free. */
@@ -130,8 +130,18 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **a
     request_drop(interp, *asked);
     pthread_mutex_unlock(&gil->mutex);
     double watch_until = monotonic_now() + 50e-6;
-    while (holder_locked(gil) == *asked && monotonic_now() < watch_until)
-        ;
+    PyThreadState *holder;
+    while ((holder = holder_locked(gil)) == *asked || holder == NULL) {
+        /* the GIL let go: its mutex may still be held by the thread letting go, which then wakes
+         * a waiting thread; trying (not waiting: that would sleep) takes it first */
+        if (holder == NULL && pthread_mutex_trylock(&gil->mutex) == 0) {
+            if (holder_locked(gil) == NULL)
+                return 1;
+            pthread_mutex_unlock(&gil->mutex);
+        }
+        if (monotonic_now() >= watch_until)
+            break;
+    }
     pthread_mutex_lock(&gil->mutex);
     while (holder_locked(gil) != NULL) {
         double now = monotonic_now();

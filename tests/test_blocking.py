@@ -49,10 +49,15 @@ def test_work_between_blocking_calls_keeps_its_share_at_100_hz(in_thread):
     assert_close(truth, sampled, 7.0)
 
 
-@pytest.mark.parametrize("in_thread", [False, True], ids=["main", "thread"])
-def test_shares_hold_while_other_threads_run(in_thread):
+@pytest.mark.parametrize(("in_thread", "points"), [(False, 2.0), (True, 4.5)], ids=["main", "thread"])
+def test_shares_hold_while_other_threads_run(in_thread, points):
+    """Two threads wait on sockets and run a little Python between. A thread other than the main one
+    that holds the GIL at a tick is asked to let it go; a thread waiting for the GIL then takes
+    it, and the loop waits for its turn: at 1 kHz that adds 2-3 points to the work that no tick
+    sees (the next tick is a whole interval later). The main thread samples itself and is never
+    held up."""
     truth, sampled = compare("socket", rate=1000, seconds=2, in_thread=in_thread, others=2)
-    assert_close(truth, sampled, 3.0)
+    assert_close(truth, sampled, points)
 
 
 def test_cpu_time_adds_up_to_the_threads_cpu_clock():
