@@ -45,8 +45,9 @@ def configurations(out: str, rate: int) -> list[tuple[str, list[str], dict]]:
     py = sys.executable
     configs = [("plain", [py], {}),
                (f"flameprof {rate} Hz", [py, "-m", "flameprof", "run", "-q", "-o", out, "--rate", str(rate)], {})]
-    if shutil.which("py-spy"):
-        configs.append((f"py-spy {rate} Hz", ["py-spy", "record", "--rate", str(rate), "--format", "raw",
+    pyspy = shutil.which("py-spy", path=os.pathsep.join([os.path.dirname(py), os.environ.get("PATH", "")]))
+    if pyspy:
+        configs.append((f"py-spy {rate} Hz", [pyspy, "record", "--rate", str(rate), "--format", "raw",
                                               "-o", os.path.join(out, "pyspy.txt"), "--", py], {}))
     return configs
 
@@ -56,7 +57,7 @@ def main() -> int:
     parser.add_argument("--threads", default="1,8,32,64")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rate", type=int, default=100)
-    parser.add_argument("--work", type=int, default=12_000_000, help="loop iterations shared by the threads")
+    parser.add_argument("--work", type=int, default=40_000_000, help="loop iterations shared by the threads")
     args = parser.parse_args()
     report = [f"{args.work:,} iterations of pure Python shared by N threads, {args.rate} Hz, "
               f"median of {args.rounds} interleaved rounds (throughput: profiled / plain)"]
