@@ -876,16 +876,32 @@ take_sample(Sampler *s, unsigned long exclude, double tick)
     return 0;
 }
 
+/* Whether any thread has a user scope open (a read of the scopes dict, which the frozen
+ * interpreter cannot change; a thread's list stays in it, empty, once its scopes are closed). */
+static int
+scope_open(Sampler *s)
+{
+    if (s->scopes == Py_None)
+        return 0;
+    PyObject *key, *list;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(s->scopes, &pos, &key, &list))
+        if (!PyList_Check(list) || PyList_GET_SIZE(list) > 0)
+            return 1;
+    return 0;
+}
+
 /* One sample of every thread but ``exclude``, taken by the clock thread while the interpreter is
  * frozen: no thread holds the GIL and none can take it (interp_internals.c, flameprof_gil_freeze),
- * so no frame can change, and the clock calls nothing that needs a thread state. 1: taken; 0:
- * something in it is new (a code object, stack, thread, layer hook result or truncation marker),
- * or user scopes are open, or the caches are stale: only a sample with the GIL can resolve that,
- * and nothing was recorded. */
+ * so no frame can change, and the clock calls nothing that needs a thread state (thread states
+ * come and go with the GIL held, but for PyGILState_Ensure's, linked before they have a frame).
+ * 1: taken; 0: something in it is new (a code object, stack, thread, layer hook result or
+ * truncation marker), or user scopes are open, or the caches are stale: only a sample with the
+ * GIL can resolve that, and nothing was recorded. */
 static int
 take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick)
 {
-    if (s->sampling || s->stale || (s->scopes != Py_None && PyDict_GET_SIZE(s->scopes) > 0))
+    if (s->sampling || s->stale || scope_open(s))
         return 0;
     s->sampling = 1;
     no_thread_state = 1;

@@ -68,3 +68,65 @@ def test_cpu_time_adds_up_to_the_threads_cpu_clock():
     truth, sampled = compare("sleep", rate=100, seconds=3, burst_ms=60, block_ms=60, mode="cpu")
     assert truth["burst"] > 0.9
     assert sampled["burst"] > 0.8, sampled
+
+
+def _fifo_tasks() -> list[int]:
+    import os
+
+    return [int(tid) for tid in os.listdir("/proc/self/task") if os.sched_getscheduler(int(tid)) == os.SCHED_FIFO]
+
+
+def _may_run_real_time() -> bool:
+    import os
+    import resource
+
+    with open("/proc/self/status") as fh:
+        caps = next(int(line.split()[1], 16) for line in fh if line.startswith("CapEff:"))
+    return bool(caps & (1 << 23)) or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0  # CAP_SYS_NICE
+
+
+def test_only_the_clock_thread_runs_real_time_and_only_while_sampling():
+    """Where the process may (CAP_SYS_NICE, as root has, or an RLIMIT_RTPRIO), the clock thread runs
+    SCHED_FIFO; no other thread does, and none once the profiler stops."""
+    import os
+    import threading
+
+    from flameprof.profiler import Profiler
+
+    may = _may_run_real_time()
+    profiler = Profiler(rate=200).start()
+    try:
+        compare("sleep", rate=200, seconds=0.3)  # a nested profiler: the same clock
+        during = _fifo_tasks()
+    finally:
+        profiler.stop()
+    assert len(during) == (1 if may else 0)
+    assert os.getpid() not in during and threading.get_native_id() not in during
+    assert _fifo_tasks() == []
+
+
+def test_a_closed_scope_leaves_the_interpreter_to_be_frozen_again():
+    """While a user scope is open, the clock samples with the GIL (the sample asks Python about the
+    scope); once every scope is closed, it samples the frozen interpreter again."""
+    import flameprof
+    from flameprof import _native
+    from flameprof.profiler import Profiler
+
+    def clock_samples(seconds: float, in_scope: bool) -> tuple[int, int]:
+        before = _native.clock_stats()
+        if in_scope:
+            with flameprof.scope("setup"):
+                compare("sleep", rate=1000, seconds=seconds, in_thread=True)
+        else:
+            compare("sleep", rate=1000, seconds=seconds, in_thread=True)
+        after = _native.clock_stats()
+        return after["by_clock_thread"] - before["by_clock_thread"], after["frozen"] - before["frozen"]
+
+    profiler = Profiler(rate=1000).start()
+    try:
+        by_clock, frozen = clock_samples(0.3, in_scope=True)
+        assert by_clock > 100 and frozen == 0
+        by_clock, frozen = clock_samples(0.3, in_scope=False)
+        assert frozen > 0.9 * by_clock > 90
+    finally:
+        profiler.stop()
