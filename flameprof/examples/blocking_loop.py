@@ -74,6 +74,7 @@ def blocker(kind: str) -> Callable[[float], None]:
                 reader.recv(1)
             except socket.timeout:
                 pass
+        # the function keeps the writer open: closed, it would end every read at once
         recv.keep = (reader, writer)  # type: ignore[attr-defined]
         return recv
     if kind == "zlib":
