@@ -1288,7 +1288,7 @@ clock_main(void *unused)
          * on its own timer, and samples from here if the tick is still unclaimed. */
         pthread_mutex_lock(&clk.mu);
         if (ask_main)
-            WAIT_UNTIL(monotonic() + clk.interval * 0.7, clk.stop);
+            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop);
         int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0, switch_due = 0;
         now = monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
