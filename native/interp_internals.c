@@ -114,13 +114,14 @@ request_drop(PyInterpreterState *interp, PyThreadState *holder)
  * when the GIL is still held at ``until`` (monotonic seconds).
  *
  * The thread holding the GIL at the call is asked to let it go at its next bytecode boundary
- * (``*asked``), and the clock watches for that for up to 50 us, taking the GIL's mutex the moment
- * it is let go (before a thread waiting for the GIL, which must first be woken, does). If a
+ * (``*asked``), and the clock watches for that for up to ``watch`` seconds, taking the GIL's
+ * mutex the moment it is let go (before a thread waiting for the GIL, which must first be woken,
+ * does). If a
  * waiting thread takes the GIL first, it is not asked: it runs its turn (asked at once each time,
  * a thread that had waited for the GIL would get none), and the clock waits on the GIL's
  * condition, as a waiting thread does but without taking the GIL, until it is free. */
 int
-flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **asked)
+flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyThreadState **asked)
 {
     struct _gil_runtime_state *gil = gil_of(interp);
     pthread_mutex_lock(&gil->mutex);
@@ -129,7 +130,7 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **a
         return 1;
     request_drop(interp, *asked);
     pthread_mutex_unlock(&gil->mutex);
-    double watch_until = monotonic_now() + 50e-6;
+    double watch_until = monotonic_now() + watch;
     PyThreadState *holder;
     while ((holder = holder_locked(gil)) == *asked || holder == NULL) {
         /* the GIL let go: its mutex may still be held by the thread letting go, which then wakes

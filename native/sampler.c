@@ -983,7 +983,7 @@ Sampler_sample(Sampler *s, PyObject *args)
  */
 PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);  /* interp_internals.c */
 PyThreadState *flameprof_gil_holder(PyInterpreterState *interp);
-int flameprof_gil_freeze(PyInterpreterState *interp, double until, PyThreadState **asked);
+int flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyThreadState **asked);
 void flameprof_gil_thaw(PyInterpreterState *interp);
 int flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked);
 #if PY_VERSION_HEX < 0x030D0000
@@ -1002,6 +1002,7 @@ static struct {
     int alive, stop, queued;   /* stop and queued: read and written atomically (the main thread takes no lock) */
     uint64_t want, claimed;    /* atomic: the newest tick requested, the newest one a thread took */
     double tick_at[TICK_RING]; /* the time of tick ``seq`` at [seq % TICK_RING] */
+    double watch;              /* seconds the clock may spin watching the GIL (0 on one CPU) */
     double interval, slow_interval;
     Sampler *sampler;          /* strong reference while alive */
     PyObject *on_slow;         /* strong reference or NULL */
@@ -1173,24 +1174,29 @@ acquire_gil(PyThreadState *ts)
 #endif
 }
 
-/* Take a sample stamped ``tick`` with the interpreter frozen, if it can be frozen within
- * ``budget`` seconds (interp_internals.c, flameprof_gil_freeze): 1 when taken; 0 when it must be
- * taken with the GIL (the holder did not let go in time, or something in the sample is new).
- * ``*switch_due`` is set when the thread that let the GIL go for it still waits for another
+/* Take tick ``seq``'s sample, stamped ``tick``, with the interpreter frozen, if it can be frozen
+ * within ``budget`` seconds (interp_internals.c, flameprof_gil_freeze): 1 when taken; -1 when the
+ * main thread took it meanwhile (it runs the pending call before it lets the GIL go); 0 when it
+ * must be taken with the GIL: the holder did not let go in time, or something in the sample is
+ * new (then the tick is already the clock's: ``*claimed``). ``*switch_due`` is set when the thread that let the GIL go for it still waits for another
  * thread to take it, 30 us after the thaw (a thread that was waiting for the GIL, woken at the
  * thaw, takes it first when there is one): then the clock must take it, and give it back. */
 static int
-sample_frozen(PyInterpreterState *interp, double tick, double budget, int *switch_due)
+sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, double budget, int *claimed, int *switch_due)
 {
     PyThreadState *asked;
-    *switch_due = 0;
-    if (!flameprof_gil_freeze(interp, monotonic() + budget, &asked))
+    *claimed = *switch_due = 0;
+    if (!flameprof_gil_freeze(interp, monotonic() + budget, clk.watch, &asked))
         return 0;
-    int taken = take_frozen_sample(clk.sampler, interp, clk.ident, tick);
+    int taken = -1;
+    if ((*claimed = claim_tick(seq)))
+        taken = take_frozen_sample(clk.sampler, interp, clk.ident, tick);
     flameprof_gil_thaw(interp);
-    double until = monotonic() + 30e-6;
-    while ((*switch_due = flameprof_switch_pending(interp, asked)) && monotonic() < until)
-        ;
+    if (flameprof_switch_pending(interp, asked)) {
+        struct timespec pause = {0, 30000};  /* asleep, not spinning: the woken thread may need this CPU */
+        nanosleep(&pause, NULL);
+        *switch_due = flameprof_switch_pending(interp, asked);
+    }
     return taken;
 }
 
@@ -1256,6 +1262,9 @@ clock_main(void *unused)
     PyThreadState *ts = PyEval_SaveThread();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
     raise_clock_priority();
+    /* With one CPU to run on, a thread the clock watches for cannot run while it spins */
+    cpu_set_t cpus;
+    clk.watch = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2 ? 0.0 : 50e-6;
     /* the slow callback runs at the first tick (a followed fork writes its part then), then every
      * slow_interval */
     double next = monotonic(), last_slow = next - clk.slow_interval;
@@ -1289,21 +1298,21 @@ clock_main(void *unused)
         pthread_mutex_lock(&clk.mu);
         if (ask_main)
             WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop);
-        int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0, switch_due = 0;
+        int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0, claimed = 0, switch_due = 0;
         now = monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
-        if (fallback && claim_tick(seq)) {
-            if (sample_frozen(interp, tick, freeze_budget, &switch_due)) {
+        if (fallback) {
+            int frozen = sample_frozen(interp, seq, tick, freeze_budget, &claimed, &switch_due);
+            if (frozen > 0) {
                 clk.by_frozen++;
                 clk.by_clock++;
             }
-            else
-                with_gil = 1;
+            with_gil = frozen == 0;
         }
         if (with_gil || slow || switch_due) {
             acquire_gil(ts);
-            if (with_gil) {
+            if (with_gil && (claimed || claim_tick(seq))) {
                 if (take_sample(clk.sampler, clk.ident, tick) < 0)
                     PyErr_Clear();
                 clk.by_clock++;

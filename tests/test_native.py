@@ -448,9 +448,10 @@ def test_main_thread_running_python_takes_its_own_samples_without_a_gil_hand_ove
     assert proc.returncode == 0, proc.stderr
     by_pending, by_clock, frozen = map(int, proc.stdout.split())
     assert by_pending >= 100, (by_pending, by_clock)   # about 300 ticks of spinning at 500 Hz
-    assert 20 <= by_clock <= 150, (by_pending, by_clock)  # about 100 ticks of sleep
-    # while the main thread sleeps nobody holds the GIL: the clock samples the frozen interpreter
-    assert frozen >= by_clock - 5, (by_clock, frozen)
+    # About 100 ticks of sleep: nobody holds the GIL, and the clock samples the frozen interpreter.
+    # (On a loaded machine it also samples the ticks at which the main thread, holding the GIL,
+    # waited for a CPU and could not answer.)
+    assert 60 <= frozen <= by_clock, (by_pending, by_clock, frozen)
 
 
 def _blocked_signals(tid: int) -> int:
