@@ -1206,7 +1206,8 @@ sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, double budg
  * 2 ms and sleeping 2 ms was seen computing 38 % of the time, not 49 %). Where allowed (root,
  * CAP_SYS_NICE or an RLIMIT_RTPRIO), it runs SCHED_FIFO at the lowest real-time priority: it
  * preempts the program's threads for the microseconds of a tick, and sleeps the rest of the time
- * (it never spins; the tick hooks, which run Python and write files, run at its old policy).
+ * (it spins 50 us at most, and not on one CPU; the tick hooks, which run Python and write files,
+ * run at its old policy).
  * Elsewhere, on Linux 6.12+ (EEVDF), it asks for the shortest time slice, so that its wake-up
  * preempts a thread computing on its CPU (at the default slice it waited for that thread to
  * block: a loop of 1.7 ms of Python and 2 ms of sleep was seen computing in 14-18 % of the ticks,

@@ -73,7 +73,14 @@ def test_cpu_time_adds_up_to_the_threads_cpu_clock():
 def _fifo_tasks() -> list[int]:
     import os
 
-    return [int(tid) for tid in os.listdir("/proc/self/task") if os.sched_getscheduler(int(tid)) == os.SCHED_FIFO]
+    tasks = []
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            if os.sched_getscheduler(tid) == os.SCHED_FIFO:
+                tasks.append(tid)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return tasks
 
 
 def _may_run_real_time() -> bool:
