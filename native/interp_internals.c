@@ -57,21 +57,34 @@ flameprof_main_thread_state(PyInterpreterState *interp)
     return NULL;
 }
 
-/* The thread state holding the GIL, or NULL while it is free. Read without a lock: a hint, and
- * never dereferenced. */
+/* The last thread state to take the GIL (or, after a freeze, the clock's). */
+static PyThreadState *
+last_holder(struct _gil_runtime_state *gil)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return _Py_atomic_load_ptr_relaxed(&gil->last_holder);
+#else
+    return (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder);
+#endif
+}
+
+/* The thread state holding the GIL, or NULL while it is free (exact with the GIL's mutex held,
+ * else a hint). */
+static PyThreadState *
+holding(struct _gil_runtime_state *gil)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return _Py_atomic_load_int_relaxed(&gil->locked) ? last_holder(gil) : NULL;
+#else
+    return _Py_atomic_load_relaxed(&gil->locked) ? last_holder(gil) : NULL;
+#endif
+}
+
+/* The thread state holding the GIL, or NULL: a hint, never dereferenced. */
 PyThreadState *
 flameprof_gil_holder(PyInterpreterState *interp)
 {
-    struct _gil_runtime_state *gil = gil_of(interp);
-#if PY_VERSION_HEX >= 0x030D0000
-    if (!_Py_atomic_load_int_relaxed(&gil->locked))
-        return NULL;
-    return _Py_atomic_load_ptr_relaxed(&gil->last_holder);
-#else
-    if (!_Py_atomic_load_relaxed(&gil->locked))
-        return NULL;
-    return (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder);
-#endif
+    return holding(gil_of(interp));
 }
 
 static double
@@ -80,17 +93,6 @@ monotonic_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The thread holding the GIL, or NULL; with the GIL's mutex held. */
-static PyThreadState *
-holder_locked(struct _gil_runtime_state *gil)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return _Py_atomic_load_int_relaxed(&gil->locked) ? gil->last_holder : NULL;
-#else
-    return _Py_atomic_load_relaxed(&gil->locked) ? (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) : NULL;
-#endif
 }
 
 /* Ask ``holder`` to let the GIL go at its next bytecode boundary, as a thread that has waited a
@@ -125,18 +127,18 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyT
 {
     struct _gil_runtime_state *gil = gil_of(interp);
     pthread_mutex_lock(&gil->mutex);
-    *asked = holder_locked(gil);
+    *asked = holding(gil);
     if (*asked == NULL)
         return 1;
     request_drop(interp, *asked);
     pthread_mutex_unlock(&gil->mutex);
     double watch_until = monotonic_now() + watch;
     PyThreadState *holder;
-    while ((holder = holder_locked(gil)) == *asked || holder == NULL) {
+    while ((holder = holding(gil)) == *asked || holder == NULL) {
         /* the GIL let go: its mutex may still be held by the thread letting go, which then wakes
          * a waiting thread; trying (not waiting: that would sleep) takes it first */
         if (holder == NULL && pthread_mutex_trylock(&gil->mutex) == 0) {
-            if (holder_locked(gil) == NULL)
+            if (holding(gil) == NULL)
                 return 1;
             pthread_mutex_unlock(&gil->mutex);
         }
@@ -144,7 +146,7 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyT
             break;
     }
     pthread_mutex_lock(&gil->mutex);
-    while (holder_locked(gil) != NULL) {
+    while (holding(gil) != NULL) {
         double now = monotonic_now();
         if (now >= until) {
             pthread_mutex_unlock(&gil->mutex);
@@ -164,12 +166,7 @@ int
 flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked)
 {
     struct _gil_runtime_state *gil = gil_of(interp);
-#if PY_VERSION_HEX >= 0x030D0000
-    return asked != NULL && !_Py_atomic_load_int_relaxed(&gil->locked) && _Py_atomic_load_ptr_relaxed(&gil->last_holder) == asked;
-#else
-    return asked != NULL && !_Py_atomic_load_relaxed(&gil->locked) &&
-           (PyThreadState *)_Py_atomic_load_relaxed(&gil->last_holder) == asked;
-#endif
+    return asked != NULL && holding(gil) == NULL && last_holder(gil) == asked;
 }
 
 /* End a freeze. The clock may have been woken in place of a thread waiting for the GIL: wake one
