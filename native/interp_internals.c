@@ -87,8 +87,9 @@ flameprof_gil_holder(PyInterpreterState *interp)
     return holding(gil_of(interp));
 }
 
-static double
-monotonic_now(void)
+/* Seconds on CLOCK_MONOTONIC (the sampler's clock for ticks and samples too). */
+double
+flameprof_monotonic(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -132,7 +133,7 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyT
         return 1;
     request_drop(interp, *asked);
     pthread_mutex_unlock(&gil->mutex);
-    double watch_until = monotonic_now() + watch;
+    double watch_until = flameprof_monotonic() + watch;
     PyThreadState *holder;
     while ((holder = holding(gil)) == *asked || holder == NULL) {
         /* the GIL let go: its mutex may still be held by the thread letting go, which then wakes
@@ -142,12 +143,12 @@ flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyT
                 return 1;
             pthread_mutex_unlock(&gil->mutex);
         }
-        if (monotonic_now() >= watch_until)
+        if (flameprof_monotonic() >= watch_until)
             break;
     }
     pthread_mutex_lock(&gil->mutex);
     while (holding(gil) != NULL) {
-        double now = monotonic_now();
+        double now = flameprof_monotonic();
         if (now >= until) {
             pthread_mutex_unlock(&gil->mutex);
             return 0;

@@ -250,13 +250,7 @@ typedef struct {
     int stale;                 /* the code and hook caches must be rebuilt */
 } Sampler;
 
-static double
-monotonic(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double flameprof_monotonic(void);  /* interp_internals.c: seconds on CLOCK_MONOTONIC */
 
 static double
 read_cpu(ThreadRec *t)
@@ -839,7 +833,7 @@ take_sample(Sampler *s, unsigned long exclude, double tick)
         if (PyList_SetSlice(s->held, 0, PyList_GET_SIZE(s->held), NULL) < 0)
             PyErr_Clear();
     }
-    double start = monotonic();
+    double start = flameprof_monotonic();
     /* No garbage collection during a sample: the walk makes frame objects, and the callbacks run
      * Python code; a collection started by either would run the program's finalizers inside the
      * sample (in the clock thread, when it samples), which may switch threads and pop the frames
@@ -848,7 +842,7 @@ take_sample(Sampler *s, unsigned long exclude, double tick)
      * allocation starts the collection in its own thread. */
     int gc_was_enabled = PyGC_Disable();
     int failed = walk_threads(s, exclude) < 0;
-    double now = monotonic();
+    double now = flameprof_monotonic();
     tick = tick_time(s, tick, now);
     s->tick_count++;
     Py_ssize_t first_row = s->nrows;
@@ -867,7 +861,7 @@ take_sample(Sampler *s, unsigned long exclude, double tick)
     if (gc_was_enabled)
         PyGC_Enable();
     failed = end_tick(s, first_row, tick, now, failed) < 0;
-    s->busy += monotonic() - start;
+    s->busy += flameprof_monotonic() - start;
     s->sampling = 0;
     if (failed) {
         PyErr_NoMemory();
@@ -905,7 +899,7 @@ take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude
         return 0;
     s->sampling = 1;
     no_thread_state = 1;
-    double start = monotonic();
+    double start = flameprof_monotonic();
     int known = 1;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL && known; ts = PyThreadState_Next(ts)) {
         if (ts->thread_id == exclude)
@@ -931,7 +925,7 @@ take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude
         w->thread = t != NULL ? t - s->threads : -1;
     }
     if (known) {
-        double now = monotonic();
+        double now = flameprof_monotonic();
         tick = tick_time(s, tick, now);
         s->tick_count++;
         Py_ssize_t first_row = s->nrows;
@@ -942,7 +936,7 @@ take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude
             failed = append_row(s, t, s->walks[i].sid, tick, now) < 0;
         }
         end_tick(s, first_row, tick, now, failed);
-        s->busy += monotonic() - start;
+        s->busy += flameprof_monotonic() - start;
     }
     s->nframes = s->nwalks = 0;  /* frames walked in place hold no reference */
     no_thread_state = 0;
@@ -1186,7 +1180,7 @@ sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, double budg
 {
     PyThreadState *asked;
     *claimed = *switch_due = 0;
-    if (!flameprof_gil_freeze(interp, monotonic() + budget, clk.watch, &asked))
+    if (!flameprof_gil_freeze(interp, flameprof_monotonic() + budget, clk.watch, &asked))
         return 0;
     int taken = -1;
     if ((*claimed = claim_tick(seq)))
@@ -1268,18 +1262,18 @@ clock_main(void *unused)
     clk.watch = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2 ? 0.0 : 50e-6;
     /* the slow callback runs at the first tick (a followed fork writes its part then), then every
      * slow_interval */
-    double next = monotonic(), last_slow = next - clk.slow_interval;
+    double next = flameprof_monotonic(), last_slow = next - clk.slow_interval;
     double freeze_budget = clk.interval / 2;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
         next += clk.interval;
-        double now = monotonic();
+        double now = flameprof_monotonic();
         if (next < now)  /* starved: do not try to catch up */
             next = now;
         WAIT_UNTIL(next, clk.stop);
         if (clk.stop)
             break;
-        double tick = monotonic();
+        double tick = flameprof_monotonic();
         uint64_t seq = LOAD(clk.want) + 1;
         clk.tick_at[seq % TICK_RING] = tick;
         STORE(clk.want, seq);
@@ -1298,9 +1292,9 @@ clock_main(void *unused)
          * on its own timer, and samples from here if the tick is still unclaimed. */
         pthread_mutex_lock(&clk.mu);
         if (ask_main)
-            WAIT_UNTIL(monotonic() + clk.interval * 0.8, clk.stop);
+            WAIT_UNTIL(flameprof_monotonic() + clk.interval * 0.8, clk.stop);
         int fallback = !clk.stop && LOAD(clk.claimed) < seq, with_gil = 0, claimed = 0, switch_due = 0;
-        now = monotonic();
+        now = flameprof_monotonic();
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
         if (fallback) {
@@ -1380,7 +1374,7 @@ Sampler_start_clock(Sampler *s, PyObject *args)
     clk.alive = 1;
     clk.lowered_from = 0;
     clk.main_ts = flameprof_main_thread_state(PyInterpreterState_Get());
-    s->last_tick = monotonic();
+    s->last_tick = flameprof_monotonic();
     /* The clock thread starts with the program's signals blocked, so the kernel delivers them to
      * the program's threads: before 3.13 a handler tripped in another thread than the main one
      * does not wake the main thread's eval loop, and the Python handler may then never run. */
@@ -1475,7 +1469,7 @@ atfork_child(void)
 static PyObject *
 Sampler_mark_start(Sampler *s, PyObject *unused)
 {
-    s->last_tick = monotonic();
+    s->last_tick = flameprof_monotonic();
     Py_RETURN_NONE;
 }
 
@@ -1496,7 +1490,7 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
         give_back_switch_interval();
     clk.lowered_from = 0;
     s->nthreads = 0;
-    s->last_tick = monotonic();
+    s->last_tick = flameprof_monotonic();
     /* the fork may have cut a sample of the parent's clock thread (a Python callback let the forking
      * thread in): drop its rows and its reentrancy guard, or the child never samples */
     s->nrows = s->done_rows;
@@ -1512,7 +1506,7 @@ Sampler_columns(Sampler *s, PyObject *args)
     Py_ssize_t first = 0;
     if (!PyArg_ParseTuple(args, "|n", &first))
         return NULL;
-    double now = monotonic();
+    double now = flameprof_monotonic();
     for (Py_ssize_t i = 0; i < s->nthreads; i++)
         if (s->threads[i].unread)
             settle_cpu(s, &s->threads[i], now);
@@ -1599,7 +1593,7 @@ Sampler_init(Sampler *s, PyObject *args, PyObject *kwds)
     if (s->held == NULL && (s->held = PyList_New(0)) == NULL)
         return -1;
     s->max_depth = max_depth;
-    s->last_tick = monotonic();
+    s->last_tick = flameprof_monotonic();
     return 0;
 }
 

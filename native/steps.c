@@ -10,7 +10,8 @@
 #include <Python.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <time.h>
+
+double flameprof_monotonic(void);  /* interp_internals.c */
 
 typedef struct {
     double time;           /* CLOCK_MONOTONIC seconds: time.perf_counter()'s clock on Linux */
@@ -92,10 +93,8 @@ StepRecorder_call(StepRecorder *r, PyObject *args, PyObject *kwargs)
         cached_native = PyThread_get_thread_native_id();
         cached_native_forks = fork_count;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     StepRow *row = &r->rows[r->n++];
-    row->time = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    row->time = flameprof_monotonic();
     row->ident = PyThread_get_thread_ident();
     row->native = cached_native;
     Py_RETURN_NONE;
