@@ -10,7 +10,7 @@ from .atomic import write_text
 from .errors import FlameprofError
 
 if TYPE_CHECKING:
-    from .model import Profile
+    from .model.profile import Profile
 
 
 @dataclass
@@ -41,7 +41,7 @@ def prepare_output_dir(path: str) -> str:
 
 def write_outputs(profile: "Profile", outdir: str, options: OutputOptions) -> list[str]:
     """Write profile.flameprof, profile.folded and profile.svg; returns their paths."""
-    from . import storage
+    from .model import storage
     from .render.folded import folded_lines
     from .render.svg import render_svg
 

@@ -18,10 +18,10 @@ from .collect.counters import CounterRecorder
 from . import scopes
 from .collect import torch_hooks
 from .collect.backend import SamplerBase, make_sampler
-from .records import ProfileBuilder
+from .model.builder import ProfileBuilder
 
 if TYPE_CHECKING:
-    from .model import Profile
+    from .model.profile import Profile
 
 
 class _Session:
@@ -70,8 +70,7 @@ class _Session:
             b = self.builder
             profile = b.build()
             meta = {**b.meta, **meta}  # e.g. scope_phases recorded by user scopes
-        for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
-            setattr(profile, name, getattr(profile, name)[first:last])
+        profile.select(slice(first, last))
         if self.counters is not None:
             start = float(meta.get("window_start", 0.0))
             profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))

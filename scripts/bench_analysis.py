@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from flameprof.model import Mark
+from flameprof.model.profile import Mark
 from flameprof.profiler import Profiler
 from flameprof.render.report import report_data
 

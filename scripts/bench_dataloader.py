@@ -106,7 +106,7 @@ def measure_together(commands: list[list[str]], env: dict) -> list[tuple[float, 
 def profiler_share(path: str) -> float:
     """Seconds flameprof spent in all processes of a merged profile over the seconds it profiled them."""
     sys.path.insert(0, REPO)
-    from flameprof import storage
+    from flameprof.model import storage
 
     meta = storage.load(path).meta
     return meta["profiler_seconds"] / meta["profiled_seconds"]

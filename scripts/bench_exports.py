@@ -28,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from flameprof import storage  # noqa: E402
-from flameprof.model import Frame, ProcessInfo, Profile, ThreadInfo  # noqa: E402
+from flameprof.model.profile import Frame, ProcessInfo, Profile, ThreadInfo  # noqa: E402
 from flameprof.render.exports import FORMATS  # noqa: E402
 
 TIME_LIMIT_S = 10.0
@@ -37,7 +37,7 @@ MEMORY_LIMIT_MB = 1024.0
 # Runs in the subprocess: load, export one format, report seconds for the export and peak RSS.
 _CHILD = """
 import json, resource, sys, time
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.outputs import OutputOptions
 from flameprof.render.exports import write_exports
 profile = storage.load(sys.argv[1])

@@ -288,7 +288,7 @@ def bench_micro(samples: int = 20000, batches: int = 10) -> list[str]:
     """
     from flameprof.collect.native_sampler import NativeSampler
     from flameprof.collect.sampler import PythonSampler
-    from flameprof.records import ProfileBuilder
+    from flameprof.model.builder import ProfileBuilder
 
     release = threading.Event()
     ready = threading.Barrier(2)
@@ -327,7 +327,7 @@ def _rss() -> int:
 def bench_memory(ticks: int = 360_000, threads: int = 8) -> tuple[list[str], object]:
     """One hour at 100 Hz with 8 threads: ``ticks`` samples of every thread into the native buffers."""
     from flameprof.collect.native_sampler import NativeSampler
-    from flameprof.records import ProfileBuilder
+    from flameprof.model.builder import ProfileBuilder
 
     release = threading.Event()
     ready = threading.Barrier(threads + 1)
@@ -357,8 +357,8 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
     """Size of a ``.flameprof`` of ``count`` samples: the simulated hour's, and a noisier synthetic one."""
     import numpy as np
 
-    from flameprof import storage
-    from flameprof.model import Profile
+    from flameprof.model import storage
+    from flameprof.model.profile import Profile
 
     lines = [f"file size of {count} samples:"]
     real = sampler.builder.build()

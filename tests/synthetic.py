@@ -3,7 +3,8 @@ layers and functions take exactly the time we say, built through the real Profil
 
 from __future__ import annotations
 
-from flameprof.model import Frame, Mark, ProcessInfo, Profile, ProfileBuilder
+from flameprof.model.profile import Frame, Mark, ProcessInfo, Profile
+from flameprof.model.builder import ProfileBuilder
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 TICK = 0.01  # seconds per sample

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.collect.attach import bootstrap_source
 from flameprof.collect.pyspy_backend import find_pyspy
 from flameprof.collect.target_process import ptrace_denial, python_version

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 
 from conftest import REPO, flameprof_cmd
-from flameprof import storage
+from flameprof.model import storage
 from test_attach import Target
 
 RATE = 100.0

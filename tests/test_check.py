@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conftest import assert_one_error_line, run_flameprof
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.analyze.budgets import check, parse_budget
 from flameprof.errors import FlameprofError
-from flameprof.model import ProfileBuilder
+from flameprof.model.builder import ProfileBuilder
 from synthetic import training_profile
 
 # Per step: data 20 %, forward 40 % (encoder 30 %, head 10 %), tokenize 10 %, backward 20 %, optimizer 10 %.

@@ -4,8 +4,10 @@ import os
 
 from conftest import assert_one_error_line, run_flameprof
 
-from flameprof import Profiler, storage
-from flameprof.examples import cnn_train, inference
+from flameprof import Profiler
+from flameprof.model import storage
+from flameprof.examples import cnn_train
+from flameprof.examples import inference
 
 
 def kinds_and_marks(profile):

@@ -15,8 +15,9 @@ from conftest import assert_one_error_line, run_flameprof
 from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
 from flameprof.collect.folded_import import read_folded
 from flameprof.errors import FlameprofError
-from flameprof.frames import Labeler
-from flameprof.model import Frame, ProfileBuilder
+from flameprof.model.frames import Labeler
+from flameprof.model.profile import Frame
+from flameprof.model.builder import ProfileBuilder
 from flameprof.render.chrome_trace import write_chrome_trace
 from flameprof.render.exports import step_spans
 from flameprof.analyze.breakdown import analyze

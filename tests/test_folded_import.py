@@ -12,7 +12,7 @@ import pytest
 import flameprof._folded  # noqa: F401  built with the package: a missing build fails here, not a skip
 from flameprof.collect.folded_import import read_folded, read_folded_chunks
 from flameprof.errors import FlameprofError
-from flameprof.records import Frame
+from flameprof.model.records import Frame
 from flameprof.render.svg import render_svg
 
 sys.path.insert(0, "scripts")

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from flameprof import cli, storage
+from flameprof import cli
+from flameprof.model import storage
 from flameprof.collect.detect import detect_format
 from flameprof.collect.load import load_input
 

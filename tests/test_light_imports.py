@@ -5,7 +5,7 @@ import sys
 
 from conftest import REPO
 
-HEAVY = ("numpy", "torch", "psutil", "flameprof.model", "flameprof.storage")
+HEAVY = ("numpy", "torch", "psutil", "flameprof.model.profile", "flameprof.model.storage")
 
 
 def imported_after(code: str) -> set:

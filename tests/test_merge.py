@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from synthetic import PHASE_STACKS, TORCH, training_profile
 
-from flameprof import storage
-from flameprof.analyze.merge import merge_profiles
+from flameprof.model import storage
+from flameprof.model.merge import merge_profiles
 from flameprof.analyze.processes import analyze_processes, process_lines, processes_report
 from flameprof.collect.parts import PartWriter, part_files
 from flameprof.collect.process_tree import ProcessTree
-from flameprof.model import Frame, Mark, ProcessInfo, ProfileBuilder
+from flameprof.model.profile import Frame, Mark, ProcessInfo
+from flameprof.model.builder import ProfileBuilder
 
 from conftest import assert_one_error_line, run_flameprof
 

@@ -19,7 +19,8 @@ from flameprof.collect import backend
 from flameprof.collect.backend import make_sampler
 from flameprof.collect.native_sampler import NativeSampler
 from flameprof.collect.sampler import MAX_DEPTH, PythonSampler
-from flameprof.records import Frame, ProfileBuilder
+from flameprof.model.records import Frame
+from flameprof.model.builder import ProfileBuilder
 
 FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
 
@@ -434,7 +435,7 @@ def test_main_thread_running_python_takes_its_own_samples_without_a_gil_hand_ove
         import time
         from flameprof import _native
         from flameprof.collect.native_sampler import NativeSampler
-        from flameprof.records import ProfileBuilder
+        from flameprof.model.builder import ProfileBuilder
         sampler = NativeSampler(ProfileBuilder(), rate=500)
         sampler.start()
         end = time.perf_counter() + 0.6
@@ -503,7 +504,7 @@ def test_fork_while_sampling_does_not_hang_and_child_can_restart():
     proc = run_script("""
         import os, time
         from flameprof.collect.native_sampler import NativeSampler
-        from flameprof.records import ProfileBuilder
+        from flameprof.model.builder import ProfileBuilder
         sampler = NativeSampler(ProfileBuilder(), rate=2000)
         sampler.start()
         for i in range(20):
@@ -557,7 +558,7 @@ def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back
     proc = run_script("""
         import sys, time
         from flameprof.collect.native_sampler import NativeSampler
-        from flameprof.records import ProfileBuilder
+        from flameprof.model.builder import ProfileBuilder
         sys.setswitchinterval(0.002)
         seen = []
         def hook():
@@ -580,7 +581,7 @@ def test_interpreter_exit_while_sampling_is_clean():
     proc = run_script("""
         import threading, time
         from flameprof.collect.native_sampler import NativeSampler
-        from flameprof.records import ProfileBuilder
+        from flameprof.model.builder import ProfileBuilder
         sampler = NativeSampler(ProfileBuilder(), rate=5000)
         sampler.start()
         def spin():
@@ -604,7 +605,8 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
     proc = run_script("""
         import gc, threading, time
         from flameprof.collect.native_sampler import NativeSampler
-        from flameprof.records import Frame, ProfileBuilder
+        from flameprof.model.records import Frame
+        from flameprof.model.builder import ProfileBuilder
 
         class Cyclic:
             def __init__(self):

@@ -9,7 +9,8 @@ from flameprof.analyze.phases import (LEAF_PHASES, Classifier, layer_of_stacks, 
                                       phase_of_stacks, profile_rules)
 from flameprof.analyze.views import display_stacks
 from flameprof.errors import FlameprofError
-from flameprof.model import Frame, ProfileBuilder
+from flameprof.model.profile import Frame
+from flameprof.model.builder import ProfileBuilder
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 MODULE = Frame("<module>", "/work/train.py", 1)

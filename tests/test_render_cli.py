@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ET
 
 from conftest import assert_one_error_line, run_flameprof
 
-from flameprof import storage
-from flameprof.model import Frame, ProfileBuilder
+from flameprof.model import storage
+from flameprof.model.profile import Frame
+from flameprof.model.builder import ProfileBuilder
 
 SVG = "{http://www.w3.org/2000/svg}"
 FOLDED = "main (app.py:1);work (app.py:10) 7\nmain (app.py:1);idle (app.py:20) 3\nmain (app.py:1) 2\n"

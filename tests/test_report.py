@@ -7,9 +7,10 @@ import json
 import pytest
 
 from conftest import assert_one_error_line, run_flameprof
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.analyze.advice import verdict_level
-from flameprof.model import Frame, Mark, ProfileBuilder
+from flameprof.model.profile import Frame, Mark
+from flameprof.model.builder import ProfileBuilder
 from flameprof.render.report import render_report, report_data
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"

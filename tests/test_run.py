@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from flameprof import storage
-from flameprof.frames import Labeler
+from flameprof.model import storage
+from flameprof.model.frames import Labeler
 
 from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 

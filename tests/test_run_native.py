@@ -9,12 +9,13 @@ import zlib
 import numpy as np
 import pytest
 
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.collect.native_merge import merge_native
 from flameprof.collect.perf_import import read_perf_script
 from flameprof.collect.perf_record import PerfRecording, PerfUnavailable
 from flameprof.profiler import SESSION, Profiler
-from flameprof.records import Frame, ProfileBuilder
+from flameprof.model.records import Frame
+from flameprof.model.builder import ProfileBuilder
 
 from conftest import run_flameprof
 

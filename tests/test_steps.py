@@ -7,7 +7,8 @@ import pytest
 
 from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
 from flameprof.analyze.steps import find_steps, loop_thread, warmup_count
-from flameprof.model import Frame, Mark, ProfileBuilder
+from flameprof.model.profile import Frame, Mark
+from flameprof.model.builder import ProfileBuilder
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 MODULE = Frame("<module>", "/work/train.py", 1)

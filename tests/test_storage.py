@@ -5,9 +5,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from flameprof import storage
+from flameprof.model import storage
 from flameprof.errors import FlameprofError
-from flameprof.model import Frame, Mark, ProcessInfo, ProfileBuilder
+from flameprof.model.profile import Frame, Mark, ProcessInfo
+from flameprof.model.builder import ProfileBuilder
 
 
 def sample_profile():

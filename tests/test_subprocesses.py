@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from flameprof import storage
-from flameprof.frames import Labeler
+from flameprof.model import storage
+from flameprof.model.frames import Labeler
 
 from conftest import REPO, run_flameprof
 

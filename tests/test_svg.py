@@ -10,8 +10,9 @@ import pytest
 from flameprof.analyze.tree import build_tree
 from flameprof.analyze.views import display_stacks
 from flameprof.collect.folded_import import read_folded
-from flameprof.frames import Labeler
-from flameprof.model import Frame, ProfileBuilder
+from flameprof.model.frames import Labeler
+from flameprof.model.profile import Frame
+from flameprof.model.builder import ProfileBuilder
 from flameprof.render.svg import UNITS, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -15,7 +15,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 import flameprof
 from conftest import REPO, run_flameprof
-from flameprof import Profiler, storage
+from flameprof import Profiler
+from flameprof.model import storage
 from sampled import wait_for_samples
 
 

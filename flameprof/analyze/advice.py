@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..model import Frame, Profile
+from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
 from .phases import LEAF_PHASES
 from .steps import data_share

@@ -13,8 +13,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..frames import Labeler
-from ..model import Frame, Profile
+from ..model.frames import Labeler
+from ..model.profile import Frame, Profile
 from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
 from .steps import StepTable, find_steps, loop_thread
 

@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import FlameprofError
-from ..frames import Labeler
-from ..model import Frame, Profile
+from ..model.frames import Labeler
+from ..model.profile import Frame, Profile
 from .breakdown import Analysis, analyze, rank_frames, stack_has, stack_weights
 from .phases import LEAF_PHASES, PHASES
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import Profile
+from ..model.profile import Profile
 from .breakdown import analyze
 from .phases import LEAF_PHASES
 from .tree import CallTree, build_tree

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import FlameprofError
-from ..model import Frame, Profile
+from ..model.profile import Frame, Profile
 
 # Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
 LEAF_PHASES = ("data.wait", "data.fetch", "forward", "backward", "optimizer", "sync", "other")

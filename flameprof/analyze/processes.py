@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..model import Profile
+from ..model.profile import Profile
 from .breakdown import stack_has
 from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
 from .steps import find_steps, loop_thread

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model import Profile
+from ..model.profile import Profile
 from .phases import DATA_IDS, LEAF_PHASES
 
 STEP_MARKS = ("step", "batch")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Profile
+from ..model.profile import Profile
 
 
 def process_label(profile: Profile, pid: int) -> str:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..frames import Labeler
-from ..model import Frame, Profile
+from ..model.frames import Labeler
+from ..model.profile import Frame, Profile
 from .views import display_stacks
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..model import Frame, Profile, iter_stacks
+from ..model.profile import Frame, Profile, iter_stacks
 
 VIEWS = ("code", "layers", "phases")
 _ROOT_KINDS = ("process", "thread")

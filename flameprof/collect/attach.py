@@ -45,7 +45,7 @@ from .parts import part_files, wait_for_parts
 from .target_process import TargetProcess, alive, explain_ptrace_failure, sees_paths
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.profile import Profile
 
 GDB_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
@@ -396,7 +396,7 @@ def record(target: TargetProcess, duration: float | None, rate: float,
                 remote.conn.close()
     if len(profiles) == 1:
         return profiles[0]
-    from ..analyze.merge import merge_profiles
+    from ..model.merge import merge_profiles
 
     merged = merge_profiles(profiles, main_pid=target.pid)
     merged.meta.update(collector="attach", backend="inject")
@@ -536,7 +536,7 @@ def _ended(pid: int, wait: float = 1.0) -> bool:
 def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list["Profile"]:
     """The profiles of the children forked during the attach: each wrote its own part (see
     ``attach_agent``); a child still profiling after the grace keeps what it had written."""
-    from .. import storage
+    from ..model import storage
 
     mark_detached(channel.path)  # the agent did, unless its process ended abruptly
     partial = set(wait_for_parts(channel.path, FOLLOWED_GRACE))
@@ -555,7 +555,7 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
             note(f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written")
         detach = [t.tid for t in profile.threads if t.pid == pid and t.name == DETACH_THREAD]
         if detach:  # sampled once, as stopping the child's sampler takes a last sample
-            profile = _without_thread(profile, pid, detach[0])
+            profile = profile.without_thread(pid, detach[0])
         if profile.num_samples:
             profile.meta.update(collector="attach", backend="inject")
             profiles.append(profile)
@@ -564,7 +564,7 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
 
 def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profile":
     """The part the agent wrote, without the agent's own thread (idle in a read)."""
-    from .. import storage
+    from ..model import storage
 
     name = f"-{target.pid}.flameprof"
     paths = [p for p in part_files(channel.path) if p.endswith(name)]
@@ -574,24 +574,6 @@ def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profil
     profile = storage.loads(data, f"profile from process {target.pid}")
     agent_tid = profile.meta.pop("agent_tid", None)
     if isinstance(agent_tid, int):
-        profile = _without_thread(profile, target.pid, agent_tid)
+        profile = profile.without_thread(target.pid, agent_tid)
     profile.meta.update(collector="attach", backend="inject")
-    return profile
-
-
-def _without_thread(profile: "Profile", pid: int, tid: int) -> "Profile":
-    """``profile`` without the samples and the entry of thread ``(pid, tid)``."""
-    import numpy as np
-
-    drop = [i for i, t in enumerate(profile.threads) if t.pid == pid and t.tid == tid]
-    if not drop:
-        return profile
-    index = drop[0]
-    keep = profile.sample_thread != index
-    for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
-        setattr(profile, name, getattr(profile, name)[keep])
-    remap = np.arange(len(profile.threads)) - (np.arange(len(profile.threads)) > index)
-    profile.sample_thread = remap[profile.sample_thread].astype(np.int32)
-    profile.threads = [t for i, t in enumerate(profile.threads) if i != index]
-    profile.marks = [m._replace(thread=int(remap[m.thread])) for m in profile.marks if m.thread != index]
     return profile

@@ -153,7 +153,7 @@ class _Agent:
 
     def flush(self, final: bool = False) -> None:
         from ..profiler import SESSION, run_metadata
-        from ..records import ProcessInfo
+        from ..model.records import ProcessInfo
         from .children import command_line, process_role
         from .counters import CPU_PERCENT, RSS_BYTES
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-from ..records import ProfileBuilder
+from ..model.builder import ProfileBuilder
 
 # Every signal but the faults a thread causes itself (faulthandler reports those).
 ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from ..records import ProcessInfo
+from ..model.records import ProcessInfo, short_command
 from .counters import CPU_PERCENT, RSS_BYTES, CounterRecorder
 from .parts import PartWriter
 
@@ -188,13 +188,6 @@ def _daemonic() -> bool:
 def command_line() -> str:
     argv = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
     return " ".join(shlex.quote(a) for a in argv)
-
-
-def short_command(cmdline: str, limit: int = 60) -> str:
-    """A command line short enough to name a process: base names of the program and of path arguments."""
-    words = [os.path.basename(w) if os.sep in w and not w.startswith("-") else w for w in cmdline.split(" ")]
-    text = " ".join(words).strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # -- the recorder ------------------------------------------------------------------------------

@@ -13,12 +13,12 @@ import resource
 import time
 from typing import TYPE_CHECKING
 
+from ..model.counters import CPU_PERCENT, RSS_BYTES
+
 if TYPE_CHECKING:
     import numpy as np
 
 INTERVAL = 0.2  # the C sampler's clock runs the tick hooks this often (native_sampler.TICK_HOOK_INTERVAL)
-CPU_PERCENT = "cpu_percent"   # CPU time of the whole process per wall second, in % (can exceed 100)
-RSS_BYTES = "rss_bytes"
 
 
 class CounterRecorder:

@@ -10,10 +10,10 @@ from array import array
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from ..errors import FlameprofError
-from ..records import Frame
+from ..model.records import Frame
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.profile import Profile
 
 # "name (path/file.py:12)" as written by flameprof and py-spy; anything else is a bare name.
 _FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d{1,9}))?\)$")
@@ -158,7 +158,7 @@ def _profile(frames: list[Frame], parent, frame, leaf, weights, source: str, uni
     """The Profile of folded lines: one thread, one sample per line (its time unknown, so 0)."""
     import numpy as np
 
-    from ..model import Profile, ThreadInfo
+    from ..model.profile import Profile, ThreadInfo
 
     meta = {"source": source, "weight_unit": unit, "collector": "folded"}
     note_skipped(meta, source, skipped, f"line {first_bad}")

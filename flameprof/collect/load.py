@@ -11,8 +11,8 @@ from functools import partial
 from typing import BinaryIO, Iterator
 
 from ..errors import FlameprofError
-from ..model import Profile
-from .. import storage
+from ..model.profile import Profile
+from ..model import storage
 from .detect import FORMATS, HEAD, detect_format
 from .folded_import import read_folded_chunks
 

@@ -22,7 +22,8 @@ import dataclasses
 
 import numpy as np
 
-from ..model import Profile, ProfileBuilder
+from ..model.profile import Profile
+from ..model.builder import ProfileBuilder
 
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
 

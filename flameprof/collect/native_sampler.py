@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 
 from .. import _native
-from ..records import ProfileBuilder
+from ..model.builder import ProfileBuilder
 from .backend import SamplerBase
 from .sampler import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
 

@@ -17,8 +17,9 @@ import zipfile
 from array import array
 
 from ..atomic import write_bytes
-from ..fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
-from ..records import ProcessInfo, ProfileBuilder
+from ..model.fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from ..model.records import SAMPLE_COLUMNS, ProcessInfo
+from ..model.builder import ProfileBuilder
 
 PREFIX = "part-"
 SUFFIX = ".flameprof"
@@ -142,8 +143,7 @@ class PartWriter:
             texts = {"frames.json": "[" + ",".join(self._frames_json) + "]"}
             texts.update((name, json_text(table)) for name, table in tables.items())
             columns = {"stack_parent": self._stack_parent, "stack_frame": self._stack_frame}
-            columns.update(zip(("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"),
-                               self._columns))
+            columns.update(zip(SAMPLE_COLUMNS, self._columns))
             data = pack(texts, {name: _npy(column) for name, column in columns.items()}, compress=False)
             write_bytes(self.path, data)
             self.written = n

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from ..errors import FlameprofError
-from ..records import Frame, ProcessInfo, ProfileBuilder
+from ..model.records import Frame, ProcessInfo
+from ..model.builder import ProfileBuilder
 from .folded_import import note_skipped
 from .perf_inline import Inliner
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.profile import Profile
 
 # The same patterns stackcollapse-perf.pl applies, in Python's (here equivalent) regex dialect.
 _HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")          # comm, pid or tid, tid

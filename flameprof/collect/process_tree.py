@@ -10,11 +10,12 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
+from ..model.records import short_command
 from . import children
 from .parts import part_files, wait_for_parts
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.profile import Profile
 
 EXIT_GRACE = 3.0  # seconds to wait for children still running to write their final part
 
@@ -55,8 +56,8 @@ class ProcessTree:
         A corrupt part is skipped and a part left unfinished (its process was killed or hangs) is
         kept as it is, each with a one-line warning. The parts are removed once the merge succeeded.
         """
-        from .. import storage
-        from ..analyze.merge import merge_profiles
+        from ..model import storage
+        from ..model.merge import merge_profiles
         from ..errors import FlameprofError
 
         partial = set(wait_for_parts(self.directory, EXIT_GRACE))
@@ -69,7 +70,7 @@ class ProcessTree:
                 continue
             if path in partial and part.processes and not part.meta.get("daemon"):
                 info = part.processes[0]  # (a daemonic child is ended by its parent at exit: no news)
-                warn(f"process {info.pid} ({children.short_command(info.cmdline)}) did not end cleanly "
+                warn(f"process {info.pid} ({short_command(info.cmdline)}) did not end cleanly "
                      f"(killed, or still running); kept the {part.num_samples} samples it had written")
             if part.num_samples:
                 profiles.append(part)

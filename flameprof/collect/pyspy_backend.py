@@ -21,12 +21,12 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
-from ..records import ProcessInfo
+from ..model.records import ProcessInfo
 from .pyspy_import import read_speedscope
 from .target_process import TargetProcess, alive, explain_ptrace_failure
 
 if TYPE_CHECKING:
-    from ..model import Profile
+    from ..model.profile import Profile
 
 
 def find_pyspy() -> str | None:

@@ -13,7 +13,8 @@ import sys
 import threading
 import time
 
-from ..records import Frame, ProfileBuilder
+from ..model.records import Frame
+from ..model.builder import ProfileBuilder
 from .backend import SamplerBase
 
 MAX_DEPTH = 1024

@@ -31,7 +31,7 @@ import weakref
 from typing import Any, Callable
 
 from .. import scopes
-from ..records import Mark
+from ..model.records import Mark
 from .import_watch import ImportWatch
 from .layers import NAMER
 from .sampler import thread_identity

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import storage
+    from ..model import storage
     from ..collect.folded_import import counts_to_seconds
     from ..collect.load import load_bytes, read_bytes
 

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import storage
-    from ..analyze.merge import merge_profiles
+    from ..model import storage
+    from ..model.merge import merge_profiles
 
     if not args.output.endswith(".flameprof"):
         raise FlameprofError(f"merge: the output must be a .flameprof file, not {args.output}")

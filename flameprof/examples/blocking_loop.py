@@ -24,7 +24,7 @@ import zlib
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from flameprof.model import Profile
+    from flameprof.model.profile import Profile
 
 BLOCKS = ("sleep", "condition", "queue", "socket", "zlib", "torch")
 

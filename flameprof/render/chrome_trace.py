@@ -18,10 +18,10 @@ from typing import IO, Callable, Sequence
 import numpy as np
 
 from ..analyze.threads import process_label
-from ..collect.counters import CPU_PERCENT, RSS_BYTES
+from ..model.counters import CPU_PERCENT, RSS_BYTES
 from ..errors import FlameprofError
-from ..frames import Labeler
-from ..model import Profile
+from ..model.frames import Labeler
+from ..model.profile import Profile
 
 _COUNTERS = {CPU_PERCENT: ("CPU %", 1.0), RSS_BYTES: ("RSS (MiB)", 1.0 / (1 << 20))}
 _SCOPE_KINDS = ("layer", "scope")

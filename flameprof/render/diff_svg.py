@@ -14,7 +14,7 @@ import numpy as np
 
 from ..analyze.diff import BASE_SELF, BASE_TOTAL, diff_tree
 from ..analyze.tree import CallTree
-from ..model import Profile
+from ..model.profile import Profile
 from .svg import Paint, tree_svg
 
 STEPS = 8                     # colour intensities per direction

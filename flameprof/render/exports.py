@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..analyze.breakdown import Analysis
-    from ..model import Profile
+    from ..model.profile import Profile
     from ..outputs import OutputOptions
 
 # format name -> file name suffix (after the base name, e.g. ``profile``)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import IO
 
-from ..frames import Labeler
-from ..model import Profile
+from ..model.frames import Labeler
+from ..model.profile import Profile
 from ..analyze.views import display_stacks
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..analyze.phases import layer_of_stacks
 from ..analyze.threads import process_label
-from ..frames import Labeler
-from ..model import Profile
+from ..model.frames import Labeler
+from ..model.profile import Profile
 
 # profile.proto field numbers
 _PROFILE_SAMPLE_TYPE, _PROFILE_SAMPLE, _PROFILE_MAPPING, _PROFILE_LOCATION = 1, 2, 3, 4

@@ -19,7 +19,7 @@ from ..analyze.advice import HIGHLY, MODERATELY, basis_seconds, judge
 from ..analyze.breakdown import Analysis, Row, analyze
 from ..analyze.phases import LEAF_PHASES, PHASES, Rule
 from ..analyze.processes import processes_report
-from ..model import Profile
+from ..model.profile import Profile
 
 FORMATS = ("text", "markdown", "json")
 REPORT_VERSION = 1

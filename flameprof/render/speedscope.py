@@ -12,8 +12,8 @@ import json
 import numpy as np
 
 from ..analyze.threads import thread_label
-from ..frames import Labeler
-from ..model import Profile
+from ..model.frames import Labeler
+from ..model.profile import Profile
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from ..analyze.breakdown import analyze
-from ..model import Profile
+from ..model.profile import Profile
 from .report import phase_lines, report_data, steps_line
 
 TOP = 8

@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 
 from ..analyze.tree import CallTree, build_tree
-from ..frames import CATEGORIES, category
-from ..model import Profile
+from ..model.frames import CATEGORIES, category
+from ..model.profile import Profile
 
 WIDTH = 1200                  # pixels, as flamegraph.pl
 XPAD = 10

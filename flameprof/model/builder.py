@@ -1,57 +1,17 @@
-"""The light half of the profile model: frame, thread, process and mark records, and the builder
-that interns them. No numpy here, so the sampler can import it inside a profiled program cheaply;
-``ProfileBuilder.build()`` imports the numpy-backed ``Profile`` only when a profile is made.
+"""``ProfileBuilder``: interns frames, stacks and threads and collects sample rows while a collector runs.
+
+No numpy here, so the sampler can use it inside a profiled program cheaply; ``build()`` imports
+the numpy-backed ``Profile`` only when a profile is made.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
 if TYPE_CHECKING:
-    from .model import Profile
-# Frame kinds. ``python``: a Python function; ``native``: C/C++ code (perf, py-spy --native);
-# ``layer``: an nn.Module call; ``scope``: a user scope; ``process``/``thread``: synthetic roots;
-# ``marker``: flameprof's own notes such as a truncated stack.
-FRAME_KINDS = ("python", "native", "layer", "scope", "process", "thread", "marker")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One stack frame. ``line`` is the function's first line, so all lines of a function merge."""
-
-    name: str
-    file: str = ""
-    line: int = 0
-    kind: str = "python"
-
-
-@dataclass(frozen=True)
-class ThreadInfo:
-    pid: int
-    tid: int
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    pid: int
-    role: str = "main"
-    host: str = ""
-    cmdline: str = ""
-    ppid: int = 0
-
-
-class Mark(NamedTuple):
-    """A timestamped event on a thread: a step boundary, a phase hint from a user scope, ...
-
-    A named tuple: marks are made in the program's hot loop (one per optimizer step), and a
-    tuple is built several times faster than a frozen dataclass."""
-
-    time: float
-    thread: int
-    name: str
-    value: str = ""
+    from .profile import Profile
 
 
 class ProfileBuilder:
@@ -139,7 +99,7 @@ class ProfileBuilder:
     def build(self) -> "Profile":
         import numpy as np
 
-        from .model import Profile
+        from .profile import Profile
 
         self.collect_marks()
 

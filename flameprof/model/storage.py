@@ -23,10 +23,10 @@ import zipfile
 
 import numpy as np
 
-from .atomic import write_bytes
-from .errors import FlameprofError
+from ..atomic import write_bytes
+from ..errors import FlameprofError
 from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
-from .model import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 
 _US = 1e6
 

@@ -2,8 +2,9 @@
 
 Frames and stacks are interned: a stack is a node of a parent-pointer tree
 (``stack_parent[i]``, ``stack_frame[i]``), so a sample is one integer. Samples are
-columns (numpy arrays), one row per observation of one thread. The record types and the
-builder live in ``records`` (importable without numpy) and are re-exported here.
+columns (numpy arrays), one row per observation of one thread. The record types live in
+``records`` and the builder in ``builder`` (both importable without numpy); the records are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .records import FRAME_KINDS, Frame, Mark, ProcessInfo, ProfileBuilder, ThreadInfo
+from .records import FRAME_KINDS, SAMPLE_COLUMNS, Frame, Mark, ProcessInfo, ThreadInfo
 
-__all__ = ["FRAME_KINDS", "Frame", "Mark", "ProcessInfo", "Profile", "ProfileBuilder", "ThreadInfo", "iter_stacks"]
+__all__ = ["FRAME_KINDS", "Frame", "Mark", "ProcessInfo", "Profile", "ThreadInfo", "iter_stacks"]
 
 
 def _f64(values: Iterable[float] = ()) -> np.ndarray:
@@ -76,6 +77,24 @@ class Profile:
             return np.ones(self.num_samples)
         raise ValueError(f"unknown weight mode {mode!r} (expected wall, cpu or samples)")
 
+    def select(self, rows: "slice | np.ndarray") -> None:
+        """Keep only the samples ``rows`` (a slice, a boolean mask or indexes) in every sample column."""
+        for name in SAMPLE_COLUMNS:
+            setattr(self, name, getattr(self, name)[rows])
+
+    def without_thread(self, pid: int, tid: int) -> "Profile":
+        """This profile without the samples, marks and entry of thread ``(pid, tid)``."""
+        drop = [i for i, t in enumerate(self.threads) if t.pid == pid and t.tid == tid]
+        if not drop:
+            return self
+        index = drop[0]
+        self.select(self.sample_thread != index)
+        remap = np.arange(len(self.threads)) - (np.arange(len(self.threads)) > index)
+        self.sample_thread = remap[self.sample_thread].astype(np.int32)
+        self.threads = [t for i, t in enumerate(self.threads) if i != index]
+        self.marks = [m._replace(thread=int(remap[m.thread])) for m in self.marks if m.thread != index]
+        return self
+
     def stack_frames(self, stack: int) -> list[int]:
         """Frame ids of ``stack``, root first."""
         out: list[int] = []
@@ -98,7 +117,7 @@ class Profile:
     def validate(self) -> None:
         """Raise ValueError when the tables do not reference each other consistently."""
         n = self.num_samples
-        for name in ("sample_time", "sample_thread", "sample_wall", "sample_cpu"):
+        for name in SAMPLE_COLUMNS:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"column {name} has {len(getattr(self, name))} rows, expected {n}")
         if len(self.stack_parent) != len(self.stack_frame):

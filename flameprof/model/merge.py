@@ -15,13 +15,9 @@ from collections import Counter
 
 import numpy as np
 
-from ..model import Frame, Mark, ProcessInfo, Profile, ThreadInfo
-from ..records import ProfileBuilder
-
-def _short_command(cmdline: str) -> str:
-    from ..collect.children import short_command
-
-    return short_command(cmdline)
+from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from .records import short_command
+from .builder import ProfileBuilder
 
 
 def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessInfo]:
@@ -33,7 +29,7 @@ def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessI
                             " ".join(str(a) for a in argv), 0)]
     out = []
     for info in profile.processes:
-        role = info.role or ("main" if info.pid == main_pid else _short_command(info.cmdline) or f"pid {info.pid}")
+        role = info.role or ("main" if info.pid == main_pid else short_command(info.cmdline) or f"pid {info.pid}")
         out.append(ProcessInfo(info.pid, role, info.host, info.cmdline, info.ppid))
     return out
 

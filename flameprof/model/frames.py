@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from .model import Frame
+from .profile import Frame
 
 CATEGORIES = ("user", "library", "torch", "stdlib", "native", "scope", "layer", "process", "marker")
 
