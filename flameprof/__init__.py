@@ -11,10 +11,10 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "profile": "profiler",
     "Profiler": "profiler",
-    "scope": "scopes",
-    "scope_start": "scopes",
-    "scope_end": "scopes",
-    "step": "scopes",
+    "scope": "collect.engine.scopes",
+    "scope_start": "collect.engine.scopes",
+    "scope_end": "collect.engine.scopes",
+    "step": "collect.engine.scopes",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -1,100 +1,19 @@
 """The Python API: ``Profiler`` (start/stop/save, context manager, decorator) and ``profile()``.
 
-One sampling thread serves the whole process; profilers share it by reference count, so nested
-or overlapping profilers are safe and each gets the samples taken during its own window.
+Every Profiler draws on the process's one sampling session (``collect/engine/session.py``), so
+nested or overlapping profilers are safe and each gets the samples taken during its own window.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import socket
-import sys
-import threading
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from .collect.counters import CounterRecorder
-from . import scopes
-from .collect import torch_hooks
-from .collect.backend import SamplerBase, make_sampler
-from .model.builder import ProfileBuilder
+from .collect.engine.session import SESSION, run_metadata
 
 if TYPE_CHECKING:
     from .model.profile import Profile
-
-
-class _Session:
-    """The process-wide sampler and the builder it fills."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.users = 0
-        self.sampler: SamplerBase | None = None
-        self.counters: CounterRecorder | None = None
-        self.builder: ProfileBuilder | None = None
-        self.start_time = 0.0
-
-    def acquire(self, rate: float, backward_layers: bool = False) -> None:
-        with self.lock:
-            if self.users == 0:
-                self.builder = ProfileBuilder()
-                self.start_time = time.time()
-                self.sampler = make_sampler(self.builder, rate)
-                scopes.activate(self.sampler, self.builder)
-                torch_hooks.install(self.sampler, backward_layers)
-                self.sampler.start()
-                self.counters = CounterRecorder(self.sampler.t0)
-                self.sampler.tick_hooks.append(self.counters.tick)
-            self.users += 1
-
-    def release(self) -> None:
-        with self.lock:
-            if self.users == 0:
-                return
-            self.users -= 1
-            if self.users == 0 and self.sampler is not None:
-                self.sampler.stop()
-                torch_hooks.uninstall()
-                scopes.deactivate(self.sampler)
-
-    def now(self) -> float:
-        """Seconds since the session's sampler started (the time base of its samples)."""
-        assert self.sampler is not None
-        return time.perf_counter() - self.sampler.t0
-
-    def snapshot(self, first: int, last: int, meta: dict) -> "Profile":
-        """A Profile of samples ``first:last`` with the session's frames and stacks."""
-        assert self.builder is not None and self.sampler is not None
-        with self.lock:
-            b = self.builder
-            profile = b.build()
-            meta = {**b.meta, **meta}  # e.g. scope_phases recorded by user scopes
-        profile.select(slice(first, last))
-        if self.counters is not None:
-            start = float(meta.get("window_start", 0.0))
-            profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
-        sampler = self.sampler
-        rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
-        profile.meta = dict(meta, start_time=self.start_time, sampler=sampler.kind, rate=rate,
-                            ticks=sampler.ticks, sampler_busy=sampler.busy, achieved_rate=achieved,
-                            sampler_starved=achieved < 0.5 * rate)
-        return profile
-
-
-SESSION = _Session()
-
-
-def run_metadata() -> dict:
-    """What a profile records about the process it was taken in."""
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "cwd": os.getcwd(),
-        "argv": list(sys.argv),
-        "python": sys.version.split()[0],
-        "platform": sys.platform,
-    }
 
 
 class Profiler:
@@ -111,7 +30,7 @@ class Profiler:
         self.rate = rate
         self.mode = mode
         self.render_options = render_options
-        self.backward_layers = backward_layers  # see collect/torch_hooks.py
+        self.backward_layers = backward_layers  # see collect/engine/torch_hooks.py
         self.profile: "Profile | None" = None
         self._first: int | None = None
         self._t_start = 0.0

@@ -286,8 +286,8 @@ def bench_micro(samples: int = 20000, batches: int = 10) -> list[str]:
     Measured as the calling thread's CPU time (other processes on a shared machine do not count),
     best of interleaved batches.
     """
-    from flameprof.collect.native_sampler import NativeSampler
-    from flameprof.collect.sampler import PythonSampler
+    from flameprof.collect.engine.c_sampler import CSampler
+    from flameprof.collect.engine.python_sampler import PythonSampler
     from flameprof.model.builder import ProfileBuilder
 
     release = threading.Event()
@@ -295,7 +295,7 @@ def bench_micro(samples: int = 20000, batches: int = 10) -> list[str]:
     threads = _parked_threads(1, 50, ready, release)
     ready.wait()
     me = threading.get_ident()
-    samplers = [NativeSampler(ProfileBuilder()), PythonSampler(ProfileBuilder())]
+    samplers = [CSampler(ProfileBuilder()), PythonSampler(ProfileBuilder())]
     cost = {s.kind: float("inf") for s in samplers}
     n = samples // batches
     try:
@@ -326,7 +326,7 @@ def _rss() -> int:
 
 def bench_memory(ticks: int = 360_000, threads: int = 8) -> tuple[list[str], object]:
     """One hour at 100 Hz with 8 threads: ``ticks`` samples of every thread into the native buffers."""
-    from flameprof.collect.native_sampler import NativeSampler
+    from flameprof.collect.engine.c_sampler import CSampler
     from flameprof.model.builder import ProfileBuilder
 
     release = threading.Event()
@@ -334,7 +334,7 @@ def bench_memory(ticks: int = 360_000, threads: int = 8) -> tuple[list[str], obj
     parked = _parked_threads(threads, 40, ready, release)
     ready.wait()
     me = threading.get_ident()
-    sampler = NativeSampler(ProfileBuilder())
+    sampler = CSampler(ProfileBuilder())
     sampler.sample(exclude=me)
     before = _rss()
     start = time.perf_counter()

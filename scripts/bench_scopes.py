@@ -65,7 +65,7 @@ def hook_cost(n: int) -> float:
     import torch
     from torch import nn
 
-    from flameprof.collect.layers import NAMER
+    from flameprof.collect.engine.layers import NAMER
 
     NAMER.call_code = nn.Module._call_impl.__code__
     ready, done = threading.Event(), threading.Event()

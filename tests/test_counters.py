@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from flameprof.collect.counters import CPU_PERCENT, RSS_BYTES, resident_bytes
+from flameprof.collect.engine.counters import resident_bytes
+from flameprof.model.counters import CPU_PERCENT, RSS_BYTES
 from flameprof.profiler import SESSION, Profiler
 
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from flameprof import Profiler
-from flameprof.collect.layers import LayerNamer, index_tree
+from flameprof.collect.engine.layers import LayerNamer, index_tree
 from sampled import wait_for_samples
 
 

@@ -10,8 +10,8 @@ from synthetic import PHASE_STACKS, TORCH, training_profile
 from flameprof.model import storage
 from flameprof.model.merge import merge_profiles
 from flameprof.analyze.processes import analyze_processes, process_lines, processes_report
-from flameprof.collect.parts import PartWriter, part_files
-from flameprof.collect.process_tree import ProcessTree
+from flameprof.collect.jobs.parts import PartWriter, part_files
+from flameprof.collect.jobs.tree import ProcessTree
 from flameprof.model.profile import Frame, Mark, ProcessInfo
 from flameprof.model.builder import ProfileBuilder
 
@@ -130,9 +130,9 @@ def test_part_writer_writes_new_samples_atomically_readable_by_storage(tmp_path)
 
 
 def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path):
-    native = pytest.importorskip("flameprof.collect.native_sampler")
+    native = pytest.importorskip("flameprof.collect.engine.c_sampler")
     b = ProfileBuilder()
-    sampler = native.NativeSampler(b, 500)
+    sampler = native.CSampler(b, 500)
     sampler.start()
     end = time.perf_counter() + 0.2
     while time.perf_counter() < end:

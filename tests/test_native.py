@@ -15,10 +15,11 @@ import pytest
 
 from conftest import REPO
 from flameprof import _native
-from flameprof.collect import backend
-from flameprof.collect.backend import make_sampler
-from flameprof.collect.native_sampler import NativeSampler
-from flameprof.collect.sampler import MAX_DEPTH, PythonSampler
+from flameprof.collect.engine import choose_sampler
+from flameprof.collect.engine.choose_sampler import make_sampler
+from flameprof.collect.engine.c_sampler import CSampler
+from flameprof.collect.engine.interning import MAX_DEPTH
+from flameprof.collect.engine.python_sampler import PythonSampler
 from flameprof.model.records import Frame
 from flameprof.model.builder import ProfileBuilder
 
@@ -88,7 +89,7 @@ def stacks_by_thread(builder: ProfileBuilder) -> dict[str, Counter]:
 
 
 def both_samplers() -> list:
-    return [PythonSampler(ProfileBuilder()), NativeSampler(ProfileBuilder())]
+    return [PythonSampler(ProfileBuilder()), CSampler(ProfileBuilder())]
 
 
 def test_make_sampler_prefers_native_and_env_forces_python(monkeypatch):
@@ -104,8 +105,8 @@ def test_failed_native_import_warns_once_and_falls_back(monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "flameprof._native", None)  # makes the import fail
     monkeypatch.delattr(flameprof, "_native")
-    monkeypatch.delitem(sys.modules, "flameprof.collect.native_sampler")
-    monkeypatch.setattr(backend, "_warned", False)
+    monkeypatch.delitem(sys.modules, "flameprof.collect.engine.c_sampler")
+    monkeypatch.setattr(choose_sampler, "_warned", False)
     kinds = [make_sampler(ProfileBuilder()).kind for _ in range(3)]
     assert kinds == ["python"] * 3
     err = capsys.readouterr().err
@@ -165,7 +166,7 @@ def spin_cpu(seconds: float) -> None:
         pass
 
 
-@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+@pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
 def test_a_thread_started_while_sampling_has_all_its_cpu_time_recorded(sampler_class):
     """Its CPU clock starts with it: the time before its first sample is counted too."""
     cpu = {}
@@ -189,7 +190,7 @@ def sleeping(seconds: float) -> None:
     time.sleep(seconds)
 
 
-@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+@pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
 def test_cpu_time_at_1khz_goes_to_the_stacks_that_spent_it(sampler_class):
     """The C sampler reads a thread's CPU clock at most every 5 ms and shares it over the rows since:
     the thread's total stays whole and the stacks that burned it keep nearly all of it."""
@@ -230,7 +231,7 @@ def test_hot_stacks_agree_between_samplers_running_together():
 
     threads = [threading.Thread(target=spin_a, name="spinner", daemon=True),
                threading.Thread(target=spin_b, name="sleeper", daemon=True)]
-    samplers = [PythonSampler(ProfileBuilder(), rate=200), NativeSampler(ProfileBuilder(), rate=200)]
+    samplers = [PythonSampler(ProfileBuilder(), rate=200), CSampler(ProfileBuilder(), rate=200)]
     try:
         for t in threads:
             t.start()
@@ -300,7 +301,7 @@ def test_frame_hook_inserts_a_frame_and_native_caches_it_per_self():
 
 def test_hooks_added_while_the_clock_runs_take_effect():
     with Parked(depth=1, name="late"):
-        sampler = NativeSampler(ProfileBuilder(), rate=500)
+        sampler = CSampler(ProfileBuilder(), rate=500)
         sampler.start()
         time.sleep(0.1)
         sampler.frame_hooks[Parked.target.__code__] = lambda frame: Frame("late-layer", kind="layer")
@@ -374,7 +375,7 @@ def test_frames_of_known_code_are_walked_without_making_frame_objects():
     worker = threading.Thread(target=lambda: [descend(40, parked, r) for r in resumes], name="descender")
     worker.start()
     try:
-        sampler = NativeSampler(ProfileBuilder())
+        sampler = CSampler(ProfileBuilder())
         assert parked.acquire(timeout=10)
         sampler.sample()  # meets the code for the first time
         resumes[0].set()
@@ -392,7 +393,7 @@ def test_frames_of_known_code_are_walked_without_making_frame_objects():
     assert stacks[stack] == 2 and stack.count(frame_name(descend)) == 41
 
 def test_threads_starting_and_ending_while_sampling_at_high_rate():
-    sampler = NativeSampler(ProfileBuilder(), rate=2000)
+    sampler = CSampler(ProfileBuilder(), rate=2000)
     sampler.start()
 
     def short():
@@ -412,7 +413,7 @@ def test_threads_starting_and_ending_while_sampling_at_high_rate():
 
 
 def test_stop_and_restart():
-    sampler = NativeSampler(ProfileBuilder(), rate=500)
+    sampler = CSampler(ProfileBuilder(), rate=500)
     sampler.start()
     time.sleep(0.1)
     sampler.stop()
@@ -434,9 +435,9 @@ def test_main_thread_running_python_takes_its_own_samples_without_a_gil_hand_ove
     proc = run_script("""
         import time
         from flameprof import _native
-        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.builder import ProfileBuilder
-        sampler = NativeSampler(ProfileBuilder(), rate=500)
+        sampler = CSampler(ProfileBuilder(), rate=500)
         sampler.start()
         end = time.perf_counter() + 0.6
         while time.perf_counter() < end:
@@ -460,7 +461,7 @@ def _blocked_signals(tid: int) -> int:
         return int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
 
 
-@pytest.mark.parametrize("sampler_class", [NativeSampler, PythonSampler])
+@pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
 def test_sampler_thread_leaves_the_programs_signals_to_the_programs_threads(sampler_class):
     # Before 3.13 a Python signal handler tripped in a thread other than the main one may never run.
     bit = lambda sig: 1 << (sig - 1)  # noqa: E731
@@ -485,7 +486,7 @@ def test_sampler_thread_leaves_the_programs_signals_to_the_programs_threads(samp
 
 
 def test_one_native_clock_per_process():
-    first, second = NativeSampler(ProfileBuilder()), NativeSampler(ProfileBuilder())
+    first, second = CSampler(ProfileBuilder()), CSampler(ProfileBuilder())
     first.start()
     try:
         with pytest.raises(RuntimeError):
@@ -503,9 +504,9 @@ def run_script(source: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_fork_while_sampling_does_not_hang_and_child_can_restart():
     proc = run_script("""
         import os, time
-        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.builder import ProfileBuilder
-        sampler = NativeSampler(ProfileBuilder(), rate=2000)
+        sampler = CSampler(ProfileBuilder(), rate=2000)
         sampler.start()
         for i in range(20):
             pid = os.fork()
@@ -557,7 +558,7 @@ def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back
     # switch interval to come back while the program ran Python, and the clock stopped ticking.
     proc = run_script("""
         import sys, time
-        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.builder import ProfileBuilder
         sys.setswitchinterval(0.002)
         seen = []
@@ -565,7 +566,7 @@ def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back
             seen.append(sys.getswitchinterval())
             with open("/proc/self/stat") as f:
                 f.read()
-        sampler = NativeSampler(ProfileBuilder(), rate=1000)
+        sampler = CSampler(ProfileBuilder(), rate=1000)
         sampler.tick_hooks.append(hook)
         sampler.start()
         end = time.perf_counter() + 0.5
@@ -580,9 +581,9 @@ def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back
 def test_interpreter_exit_while_sampling_is_clean():
     proc = run_script("""
         import threading, time
-        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.builder import ProfileBuilder
-        sampler = NativeSampler(ProfileBuilder(), rate=5000)
+        sampler = CSampler(ProfileBuilder(), rate=5000)
         sampler.start()
         def spin():
             while True:
@@ -604,7 +605,7 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
     # collection of millions of objects (3.4 GB, over a minute) with or without a sampler.
     proc = run_script("""
         import gc, threading, time
-        from flameprof.collect.native_sampler import NativeSampler
+        from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.records import Frame
         from flameprof.model.builder import ProfileBuilder
 
@@ -631,7 +632,7 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
         gc.set_threshold(50, 5, 5)
         stop = threading.Event()
         threads = [threading.Thread(target=churn, args=(stop,)) for _ in range(3)]
-        sampler = NativeSampler(ProfileBuilder(), rate=5000)
+        sampler = CSampler(ProfileBuilder(), rate=5000)
         sampler.frame_hooks[layered.__code__] = lambda frame: Frame("layer", kind="layer")
         for t in threads:
             t.start()
@@ -674,7 +675,7 @@ def test_profiler_meta_reports_native_sampler_and_achieved_rate():
 
 def test_raw_columns_from_a_tick_are_the_tail_of_all_rows():
     with Parked(name="raw"):
-        sampler = NativeSampler(ProfileBuilder())
+        sampler = CSampler(ProfileBuilder())
         for _ in range(6):
             sampler.sample()
     everything = [memoryview(b).cast(c) for b, c in zip(sampler.raw_columns(), sampler.RAW_TYPECODES)]
@@ -714,7 +715,7 @@ def test_layer_hook_cache_finds_self_even_when_a_closure_captures_it():
         t.start()
         assert o.ready.wait(10)
     try:
-        sampler = NativeSampler(ProfileBuilder())
+        sampler = CSampler(ProfileBuilder())
         sampler.frame_hooks[Capturing.run.__code__] = hook
         for _ in range(5):
             sampler.sample()

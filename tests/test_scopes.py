@@ -5,7 +5,7 @@ import threading
 import time
 
 import flameprof
-from flameprof import scopes
+from flameprof.collect.engine import scopes
 from flameprof.profiler import SESSION, Profiler
 from sampled import wait_for_samples
 

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
-from .backend import ASYNC_SIGNALS
+from .engine.sampler_base import ASYNC_SIGNALS
 from .attach_agent import DETACH_THREAD, FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME, mark_detached
 from .attach_watch import RETRY, WATCH_INTERVAL, ChildWatcher, part_pid
 from .parts import part_files, wait_for_parts

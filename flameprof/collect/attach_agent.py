@@ -29,7 +29,9 @@ import socket
 import threading
 import time
 
-from .backend import start_without_signals
+from .engine import choose_sampler
+from .engine.sampler_base import start_without_signals
+from .engine.session import SESSION, run_metadata
 from .parts import part_path
 
 SOCKET_NAME = "control.sock"
@@ -64,10 +66,8 @@ def serve(channel: str) -> None:
 
 def _quiet_session_start() -> None:
     """Keep the session's start from writing to the target's stderr."""
-    from . import backend
-
-    if not backend.native_available():  # e.g. built for another Python: the Python sampler, silently
-        backend._warned = True
+    if not choose_sampler.native_available():  # e.g. built for another Python: the Python sampler, silently
+        choose_sampler._warned = True
 
 
 class _Agent:
@@ -137,7 +137,6 @@ class _Agent:
 
     def start(self, rate: float, backward_layers: bool, follow_forks: bool) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
-        from ..profiler import SESSION
         from .parts import PartWriter
 
         _quiet_session_start()
@@ -152,14 +151,10 @@ class _Agent:
             raise
 
     def flush(self, final: bool = False) -> None:
-        from ..profiler import SESSION, run_metadata
         from ..model.records import ProcessInfo
         from .children import command_line, process_role
-        from .counters import CPU_PERCENT, RSS_BYTES
 
-        counters = SESSION.counters
-        series = {} if counters is None else {CPU_PERCENT: (counters.times, counters.cpu),
-                                              RSS_BYTES: (counters.times, counters.rss)}
+        series = {} if SESSION.counters is None else SESSION.counters.points()
         sampler = SESSION.sampler
         meta = dict(run_metadata(), start_time=SESSION.start_time, window_start=self.t_start,
                     duration=SESSION.now() - self.t_start, rate=1.0 / sampler.interval,
@@ -177,7 +172,6 @@ class _Agent:
     def finish(self, reason: str) -> None:
         """Stop sampling and write the final part; runs once, from the agent thread, atexit or os._exit
         (not in a forked child, which inherited them)."""
-        from ..profiler import SESSION
 
         if os.getpid() != self.pid:
             return
@@ -208,7 +202,6 @@ def _unhook_exit() -> None:
 
 def _drop_samples() -> None:
     """When nobody else profiles this process, free the session's samples (a long attach holds many MB)."""
-    from ..profiler import SESSION
 
     with SESSION.lock:
         if SESSION.users == 0:
@@ -233,7 +226,6 @@ class _ForkFollower:
     @classmethod
     def start(cls, channel: str, rate: float, sock: socket.socket) -> "_ForkFollower | None":
         """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
-        from ..profiler import SESSION
         from . import children
 
         if children.following_forks():
@@ -245,7 +237,6 @@ class _ForkFollower:
 
     def stop(self) -> None:
         """In the target at detach: no more children are followed, and those running stop."""
-        from ..profiler import SESSION
         from . import children
 
         children.disable_tree()
@@ -271,7 +262,6 @@ class _ForkFollower:
 
     def end_child(self) -> None:
         """In a followed child: write the final part, stop sampling, release everything."""
-        from ..profiler import SESSION
         from . import children
 
         try:

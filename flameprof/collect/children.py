@@ -22,7 +22,8 @@ import threading
 import time
 
 from ..model.records import ProcessInfo, short_command
-from .counters import CPU_PERCENT, RSS_BYTES, CounterRecorder
+from .engine.counters import CounterRecorder
+from .engine.session import SESSION, run_metadata
 from .parts import PartWriter
 
 ENV_DIR = "FLAMEPROF_CHILD_DIR"      # the parts directory; its presence turns profiling on
@@ -113,7 +114,6 @@ def start_from_environment() -> None:
         enable_tree(directory, rate)
     if _rank() is not None and ENV_RANK_PID not in os.environ:
         os.environ[ENV_RANK_PID] = str(os.getpid())
-    from ..profiler import SESSION
 
     SESSION.acquire(rate)
     _start_recorder(directory)
@@ -196,7 +196,6 @@ class _Recorder:
     """Flushes this process's samples to its part: from the sampler's tick, and once more at the end."""
 
     def __init__(self, directory: str, forked_from: int = 0) -> None:
-        from ..profiler import SESSION
 
         self.session = SESSION
         self.pid = os.getpid()
@@ -210,7 +209,6 @@ class _Recorder:
         self.finished = False
 
     def flush(self, final: bool = False) -> float:
-        from ..profiler import run_metadata
 
         session = self.session
         sampler = session.sampler
@@ -220,9 +218,7 @@ class _Recorder:
                     outlives_parent=multiprocessing_helper() is not None, daemon=_daemonic(),
                     profiled_seconds=now - self.created,  # flameprof's own cost in this process:
                     profiler_seconds=getattr(sampler, "busy", 0.0) - self.busy_before + self.flush_seconds)
-        counters = session.counters
-        series = {} if counters is None else {CPU_PERCENT: (counters.times, counters.cpu),
-                                              RSS_BYTES: (counters.times, counters.rss)}
+        series = {} if session.counters is None else session.counters.points()
         info = ProcessInfo(self.pid, process_role(self.forked_from), self.host, command_line(), os.getppid())
         return self.writer.write(info, meta, series, final, timeout=EXIT_WAIT if final else None)
 
@@ -257,7 +253,6 @@ def _tick() -> None:
 
 
 def _start_recorder(directory: str, forked_from: int = 0) -> None:
-    from ..profiler import SESSION
 
     _TREE.recorder = _Recorder(directory, forked_from)
     hooks = SESSION.sampler.tick_hooks
@@ -315,7 +310,6 @@ def _after_fork_in_child() -> None:
     parent = _TREE.recorder.pid if _TREE.recorder is not None else os.getppid()
     _TREE.recorder = None  # the parent's recorder and part are not this process's
     try:
-        from ..profiler import SESSION
 
         sampler = SESSION.sampler
         if _TREE.directory is None or sampler is None or SESSION.users <= 0 or not sampler.running:

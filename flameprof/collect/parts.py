@@ -43,7 +43,7 @@ def _us(seconds) -> list[int]:
 
 def _raw(store, first_tick: int = 0) -> tuple:
     """A sample store's ticks from ``first_tick`` on and their rows, as memoryviews, without numpy
-    (see NativeSampler.raw_columns)."""
+    (see CSampler.raw_columns)."""
     columns = store.raw_columns(first_tick)
     return tuple(memoryview(data or b"").cast(code) for data, code in zip(columns, store.RAW_TYPECODES))
 

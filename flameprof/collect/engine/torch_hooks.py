@@ -30,11 +30,11 @@ import warnings
 import weakref
 from typing import Any, Callable
 
-from .. import scopes
-from ..model.records import Mark
+from . import scopes
+from ...model.records import Mark
 from .import_watch import ImportWatch
 from .layers import NAMER
-from .sampler import thread_identity
+from .interning import thread_identity
 
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
 _NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
@@ -98,7 +98,7 @@ class TorchHooks:
     def _install_optimizer(self, module: Any) -> None:
         hook: Callable[..., None] = self._on_optimizer_step
         if self.sampler.kind == "native":
-            from .. import _native
+            from ... import _native
 
             hook = recorder = _native.StepRecorder()
             self.sampler.builder.mark_sources.append(lambda: self._drain_steps(recorder))

@@ -27,7 +27,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from ..model.records import Frame
+from ...model.records import Frame
 
 # Wrapper class name -> the attribute holding the wrapped model.
 WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "OptimizedModule": "_orig_mod"}

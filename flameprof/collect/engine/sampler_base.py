@@ -1,20 +1,18 @@
-"""Which sampler runs: the C fast path (``flameprof._native``) when it imports, else the pure-Python one.
+"""``SamplerBase``: what the C and the pure-Python sampler share, so they produce the same profile.
 
-Both share ``SamplerBase``: the sampling thread, its clock and the tables the rest of flameprof
-fills (boundary codes, layer hooks, user scopes), so they produce the same profile.
-``FLAMEPROF_NATIVE=0`` forces the Python sampler; a failed native import warns once on stderr.
+The sampling thread, its clock and the tables the rest of flameprof fills (boundary codes, layer
+hooks, user scopes). ``choose_sampler`` picks the subclass that runs.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Callable
 
-from ..model.builder import ProfileBuilder
+from ...model.builder import ProfileBuilder
 
 # Every signal but the faults a thread causes itself (faulthandler reports those).
 ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
@@ -197,37 +195,3 @@ def start_without_signals(thread: threading.Thread) -> None:
         thread.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, saved)
-
-
-_warned = False
-
-
-def _warn_once(message: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        sys.stderr.write(f"flameprof: warning: {message}\n")
-
-
-def native_available() -> bool:
-    """True when the C sampler imports (it is optional: a failed build leaves the Python one)."""
-    try:
-        from .. import _native  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def make_sampler(builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> SamplerBase:
-    """The native sampler unless ``FLAMEPROF_NATIVE=0`` or it cannot be imported (then warn once)."""
-    if os.environ.get("FLAMEPROF_NATIVE", "1") != "0":
-        try:
-            from .native_sampler import NativeSampler
-        except ImportError as exc:
-            _warn_once(f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler, which sees "
-                       "a thread only where it lets the GIL go (Python work between blocking calls is under-counted)")
-        else:
-            return NativeSampler(builder, rate, pid)
-    from .sampler import PythonSampler
-
-    return PythonSampler(builder, rate, pid)

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
-from .model.records import Frame, Mark
+from ...model.records import Frame, Mark
 
 F = TypeVar("F", bound=Callable[..., Any])
 

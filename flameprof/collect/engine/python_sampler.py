@@ -13,15 +13,11 @@ import sys
 import threading
 import time
 
-from ..model.records import Frame
-from ..model.builder import ProfileBuilder
-from .backend import SamplerBase
+from ...model.records import Frame
+from ...model.builder import ProfileBuilder
+from .interning import BOUNDARY, MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
+from .sampler_base import SamplerBase
 
-MAX_DEPTH = 1024
-_FLAMEPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_EXAMPLES_DIR = _FLAMEPROF_DIR + "examples" + os.sep  # shipped user code (flameprof demo): sampled as such
-_SKIP = -1
-_BOUNDARY = -2
 
 
 def thread_cpu_clock(native_id: int) -> int | None:
@@ -67,34 +63,6 @@ class _ThreadState:
         self.last_cpu = last_cpu
 
 
-def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
-    """The builder frame id of ``code``: ``_SKIP`` for flameprof's own frames, ``_BOUNDARY`` for the runner's."""
-    filename = code.co_filename
-    if filename.startswith(_FLAMEPROF_DIR) and not filename.startswith(_EXAMPLES_DIR):
-        return _BOUNDARY if code in boundary_codes else _SKIP
-    name = getattr(code, "co_qualname", code.co_name)
-    return builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
-
-
-def thread_identity(builder: ProfileBuilder, pid: int, ident: int, native_id: int = 0) -> tuple[int, int]:
-    """(builder thread index, native id for its CPU clock or 0) of the thread ``ident``: a live one,
-    or one that may be gone when its ``native_id`` was recorded with it."""
-    thread = threading._active.get(ident)  # type: ignore[attr-defined]
-    native_id = native_id or getattr(thread, "native_id", None) or 0
-    name = thread.name if thread is not None else f"Thread-{ident}"
-    return builder.thread_id(pid, native_id or ident, name), native_id
-
-
-def sampled_thread(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int, int] | None:
-    """``thread_identity`` for a sampler, or None while ``ident`` may be a thread that ``threading``
-    is still starting: it is not registered under its ident yet, so its name and native id are
-    unknown, and a sampler that met it that early would keep it nameless; it is sampled from a
-    later tick on."""
-    if ident not in threading._active and threading._limbo:  # type: ignore[attr-defined]
-        return None
-    return thread_identity(builder, pid, ident)
-
-
 # Before 3.12 an allocation may run a garbage collection on the spot, and its finalizers may let
 # another thread run. Reading another thread's stack allocates (``sys._current_frames()`` and
 # ``frame.f_back`` build frame objects lazily on 3.11, ``frame.f_locals`` builds a dict): if that
@@ -102,10 +70,6 @@ def sampled_thread(builder: ProfileBuilder, pid: int, ident: int) -> tuple[int, 
 # crashes (seen in a PyTorch training loop). So a sample runs with the collector off there, as the
 # C sampler's does; the allocations still count, and the program's next one collects.
 _PAUSE_GC = sys.version_info < (3, 12)
-
-
-def truncation_marker(builder: ProfileBuilder, dropped: int) -> int:
-    return builder.frame(Frame(f"[{dropped} frames truncated]", kind="marker"))
 
 
 class PythonSampler(SamplerBase):
@@ -181,7 +145,7 @@ class PythonSampler(SamplerBase):
                 fid = code_ids.get(code)
                 if fid is None:
                     fid = self._code_id(code)
-                if fid == _BOUNDARY:
+                if fid == BOUNDARY:
                     break
                 if fid >= 0:
                     hook = hooks.get(code) if hooks else None

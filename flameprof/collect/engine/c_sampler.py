@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import atexit
 
-from .. import _native
-from ..model.builder import ProfileBuilder
-from .backend import SamplerBase
-from .sampler import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
+from ... import _native
+from ...model.builder import ProfileBuilder
+from .sampler_base import SamplerBase
+from .interning import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
 
 # Seconds between runs of the tick hooks (process counters, part flushes) on the clock thread. Each
 # run takes the GIL from the program: about 0.6 ms of a PyTorch loop's time on this machine.
@@ -23,7 +23,7 @@ TICK_HOOK_INTERVAL = 0.2
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
 
 
-class NativeSampler(SamplerBase):
+class CSampler(SamplerBase):
     """Sampled from a C clock thread (see native/sampler.c), so no Python thread is added to the
     program; one runs at a time per process."""
 

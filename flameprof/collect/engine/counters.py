@@ -13,12 +13,12 @@ import resource
 import time
 from typing import TYPE_CHECKING
 
-from ..model.counters import CPU_PERCENT, RSS_BYTES
+from ...model.counters import CPU_PERCENT, RSS_BYTES
 
 if TYPE_CHECKING:
     import numpy as np
 
-INTERVAL = 0.2  # the C sampler's clock runs the tick hooks this often (native_sampler.TICK_HOOK_INTERVAL)
+INTERVAL = 0.2  # the C sampler's clock runs the tick hooks this often (c_sampler.TICK_HOOK_INTERVAL)
 
 
 class CounterRecorder:
@@ -55,15 +55,22 @@ class CounterRecorder:
         self.times.append(now - self.t0)
         self._last_wall, self._last_cpu = now, cpu
 
+    def points(self) -> dict[str, tuple[list[float], list[float]]]:
+        """Every (times, values) pair so far as plain lists, for part writers that must not import numpy."""
+        n = len(self.times)
+        times = self.times[:n]
+        return {CPU_PERCENT: (times, self.cpu[:n]), RSS_BYTES: (times, self.rss[:n])}
+
     def series(self, start: float, end: float) -> "dict[str, tuple[np.ndarray, np.ndarray]]":
         """The counters recorded between ``start`` and ``end`` seconds, as the model stores them."""
         import numpy as np
 
-        n = len(self.times)
-        times = np.asarray(self.times[:n], dtype=np.float64)
-        keep = (times >= start) & (times <= end)
-        return {name: (times[keep], np.asarray(values[:n], dtype=np.float64)[keep])
-                for name, values in ((CPU_PERCENT, self.cpu), (RSS_BYTES, self.rss))}
+        out = {}
+        for name, (times, values) in self.points().items():
+            t = np.asarray(times, dtype=np.float64)
+            keep = (t >= start) & (t <= end)
+            out[name] = (t[keep], np.asarray(values, dtype=np.float64)[keep])
+        return out
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

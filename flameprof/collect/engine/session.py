@@ -1,0 +1,109 @@
+"""The process's one sampling session: the sampler, its counters and the builder they fill.
+
+Profilers, the attach agent and the children of a profiled job share it by reference count,
+so one sampling thread serves the whole process however many users it has.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ...model.builder import ProfileBuilder
+from . import scopes
+from . import torch_hooks
+from .choose_sampler import make_sampler
+from .counters import CounterRecorder
+from .sampler_base import SamplerBase
+
+if TYPE_CHECKING:
+    from ...model.profile import Profile
+
+
+class _Session:
+    """The process-wide sampler and the builder it fills."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
+        self.sampler: SamplerBase | None = None
+        self.counters: CounterRecorder | None = None
+        self.builder: ProfileBuilder | None = None
+        self.start_time = 0.0
+
+    def acquire(self, rate: float, backward_layers: bool = False) -> None:
+        with self.lock:
+            if self.users == 0:
+                self.builder = ProfileBuilder()
+                self.start_time = time.time()
+                self.sampler = make_sampler(self.builder, rate)
+                scopes.activate(self.sampler, self.builder)
+                torch_hooks.install(self.sampler, backward_layers)
+                self.sampler.start()
+                self.counters = CounterRecorder(self.sampler.t0)
+                self.sampler.tick_hooks.append(self.counters.tick)
+            self.users += 1
+
+    def release(self) -> None:
+        with self.lock:
+            if self.users == 0:
+                return
+            self.users -= 1
+            if self.users == 0 and self.sampler is not None:
+                self.sampler.stop()
+                torch_hooks.uninstall()
+                scopes.deactivate(self.sampler)
+
+    def now(self) -> float:
+        """Seconds since the session's sampler started (the time base of its samples)."""
+        assert self.sampler is not None
+        return time.perf_counter() - self.sampler.t0
+
+    def snapshot(self, first: int, last: int, meta: dict) -> "Profile":
+        """A Profile of samples ``first:last`` with the session's frames and stacks."""
+        assert self.builder is not None and self.sampler is not None
+        with self.lock:
+            b = self.builder
+            profile = b.build()
+            meta = {**b.meta, **meta}  # e.g. scope_phases recorded by user scopes
+        profile.select(slice(first, last))
+        if self.counters is not None:
+            start = float(meta.get("window_start", 0.0))
+            profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
+        sampler = self.sampler
+        rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
+        profile.meta = dict(meta, start_time=self.start_time, sampler=sampler.kind, rate=rate,
+                            ticks=sampler.ticks, sampler_busy=sampler.busy, achieved_rate=achieved,
+                            sampler_starved=achieved < 0.5 * rate)
+        return profile
+
+
+SESSION = _Session()
+
+
+def run_metadata() -> dict:
+    """What a profile records about the process it was taken in."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "cwd": os.getcwd(),
+        "argv": list(sys.argv),
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+    }
+
+
+def run_metadata() -> dict:
+    """What a profile records about the process it was taken in."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "cwd": os.getcwd(),
+        "argv": list(sys.argv),
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+    }
