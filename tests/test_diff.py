@@ -9,7 +9,7 @@ import pytest
 from conftest import assert_one_error_line, run_flameprof
 from flameprof.model import storage
 from flameprof.analyze.diff import BASE_SELF, BASE_TOTAL, changes, diff_tree, largest
-from flameprof.collect.folded_import import read_folded
+from flameprof.collect.importers.folded import read_folded
 from flameprof.render.diff_svg import render_diff_svg
 from synthetic import training_profile
 

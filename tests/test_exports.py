@@ -13,7 +13,7 @@ import pytest
 
 from conftest import assert_one_error_line, run_flameprof
 from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
-from flameprof.collect.folded_import import read_folded
+from flameprof.collect.importers.folded import read_folded
 from flameprof.errors import FlameprofError
 from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame

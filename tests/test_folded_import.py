@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import flameprof._folded  # noqa: F401  built with the package: a missing build fails here, not a skip
-from flameprof.collect.folded_import import read_folded, read_folded_chunks
+from flameprof.collect.importers.folded import read_folded, read_folded_chunks
 from flameprof.errors import FlameprofError
 from flameprof.model.records import Frame
 from flameprof.render.svg import render_svg
@@ -136,7 +136,7 @@ def test_stacks_are_numbered_in_order_of_first_appearance():
 
 
 def test_a_folded_file_is_loaded_a_chunk_at_a_time(tmp_path, monkeypatch):
-    from flameprof.collect import load
+    from flameprof.collect.importers import load
 
     path = tmp_path / "stacks.folded"
     generate(str(path), 500, seed=4)

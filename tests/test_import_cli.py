@@ -10,8 +10,8 @@ import pytest
 
 from flameprof import cli
 from flameprof.model import storage
-from flameprof.collect.detect import detect_format
-from flameprof.collect.load import load_input
+from flameprof.collect.importers.detect import detect_format
+from flameprof.collect.importers.load import load_input
 
 from conftest import run_flameprof
 from test_import_perf import PERF_TEXT

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from flameprof.collect.perf_import import (CollapseOptions, collapse_perf, format_collapsed, read_perf_script)
+from flameprof.collect.importers.perf_script import (CollapseOptions, collapse_perf, format_collapsed, read_perf_script)
 from flameprof import cli
 from flameprof.errors import FlameprofError
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from flameprof.collect.folded_import import counts_to_seconds
-from flameprof.collect.pyspy_import import read_pyspy_raw, read_speedscope
+from flameprof.collect.importers.folded import counts_to_seconds
+from flameprof.collect.importers.pyspy import read_pyspy_raw, read_speedscope
 from flameprof.errors import FlameprofError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "import")

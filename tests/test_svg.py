@@ -9,7 +9,7 @@ import pytest
 
 from flameprof.analyze.tree import build_tree
 from flameprof.analyze.views import display_stacks
-from flameprof.collect.folded_import import read_folded
+from flameprof.collect.importers.folded import read_folded
 from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame
 from flameprof.model.builder import ProfileBuilder

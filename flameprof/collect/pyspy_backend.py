@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import FlameprofError
 from ..model.records import ProcessInfo
-from .pyspy_import import read_speedscope
+from .importers.pyspy import read_speedscope
 from .target_process import TargetProcess, alive, explain_ptrace_failure
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analyze.budgets import check, parse_budget
-    from ..collect.load import load_input
+    from ..collect.importers.load import load_input
     from ..atomic import write_text
     from ..render.check_report import check_markdown, check_text
 

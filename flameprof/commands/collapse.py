@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from ..collect.perf_import import CollapseOptions, collapse_perf, format_collapsed, read_chunks
+from ..collect.importers.perf_script import CollapseOptions, collapse_perf, format_collapsed, read_chunks
 from ..errors import FlameprofError
 
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analyze.diff import changes
     from ..analyze.tree import tree_unit
     from ..analyze.views import VIEWS
-    from ..collect.load import load_input
+    from ..collect.importers.load import load_input
     from ..atomic import write_text
     from ..render.diff_svg import render_diff_svg
     from ..render.diff_table import diff_table

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..collect.detect import FORMATS
+from ..collect.importers.detect import FORMATS
 from ..errors import FlameprofError
 from .options import positive_rate
 
@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..model import storage
-    from ..collect.folded_import import counts_to_seconds
-    from ..collect.load import load_bytes, read_bytes
+    from ..collect.importers.folded import counts_to_seconds
+    from ..collect.importers.load import load_bytes, read_bytes
 
     source = "<stdin>" if args.input == "-" else args.input
     profile = load_bytes(read_bytes(args.input), source, args.fmt, args.strict)

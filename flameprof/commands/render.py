@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(args: argparse.Namespace) -> int:
     from ..analyze.views import VIEWS
-    from ..collect.load import load_input
+    from ..collect.importers.load import load_input
     from ..atomic import write_text
 
     if args.minwidth < 0:

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analyze.phases import parse_rule
-    from ..collect.load import load_input
+    from ..collect.importers.load import load_input
     from ..render.report import render_report, report_data
 
     rules = [parse_rule(text) for text in args.phase]  # malformed rules fail before the profile is read

@@ -108,7 +108,7 @@ def _start_native(rate: float):
 def _add_native(recording, profile, clock_zero: float):
     """``profile`` with perf's native stacks merged in; on any failure, one warning line and ``profile``."""
     from ..collect.native_merge import merge_native
-    from ..collect.perf_import import read_perf_script
+    from ..collect.importers.perf_script import read_perf_script
     from ..collect.perf_record import PerfUnavailable
 
     try:

@@ -14,7 +14,7 @@ _PYSPY_ROOT = re.compile(rb'(?:process \d+:"|thread \((?:0[xX][0-9a-fA-F]+|\d+)\
 
 def detect_format(head: bytes) -> str:
     """The format of data starting with ``head``: one of FORMATS (``folded`` when nothing else fits)."""
-    from ..model import storage
+    from ...model import storage
 
     if storage.is_flameprof_file(head[:4]):
         return "flameprof"

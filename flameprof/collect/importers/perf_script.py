@@ -17,14 +17,14 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
-from ..errors import FlameprofError
-from ..model.records import Frame, ProcessInfo
-from ..model.builder import ProfileBuilder
-from .folded_import import note_skipped
+from ...errors import FlameprofError
+from ...model.records import Frame, ProcessInfo
+from ...model.builder import ProfileBuilder
+from .folded import note_skipped
 from .perf_inline import Inliner
 
 if TYPE_CHECKING:
-    from ..model.profile import Profile
+    from ...model.profile import Profile
 
 # The same patterns stackcollapse-perf.pl applies, in Python's (here equivalent) regex dialect.
 _HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")          # comm, pid or tid, tid

@@ -9,11 +9,11 @@ import sys
 from array import array
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from ..errors import FlameprofError
-from ..model.records import Frame
+from ...errors import FlameprofError
+from ...model.records import Frame
 
 if TYPE_CHECKING:
-    from ..model.profile import Profile
+    from ...model.profile import Profile
 
 # "name (path/file.py:12)" as written by flameprof and py-spy; anything else is a bare name.
 _FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d{1,9}))?\)$")
@@ -122,7 +122,7 @@ def read_folded_chunks(chunks: Iterable[bytes], source: str = "<stdin>", strict:
     by the C reader ``flameprof._folded`` when it is built (the same Profile, several times faster), else
     line by line in Python."""
     try:
-        from .._folded import FoldedParser
+        from ..._folded import FoldedParser
     except ImportError:
         return read_folded(_decoded_lines(chunks), source, strict, unit)
     import numpy as np
@@ -158,7 +158,7 @@ def _profile(frames: list[Frame], parent, frame, leaf, weights, source: str, uni
     """The Profile of folded lines: one thread, one sample per line (its time unknown, so 0)."""
     import numpy as np
 
-    from ..model.profile import Profile, ThreadInfo
+    from ...model.profile import Profile, ThreadInfo
 
     meta = {"source": source, "weight_unit": unit, "collector": "folded"}
     note_skipped(meta, source, skipped, f"line {first_bad}")

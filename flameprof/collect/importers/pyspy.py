@@ -12,13 +12,13 @@ import math
 import re
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from ..errors import FlameprofError
-from ..model.records import Frame, ProcessInfo
-from ..model.builder import ProfileBuilder
-from .folded_import import FoldedLines, counts_to_seconds, file_kind, note_skipped, parse_frame
+from ...errors import FlameprofError
+from ...model.records import Frame, ProcessInfo
+from ...model.builder import ProfileBuilder
+from .folded import FoldedLines, counts_to_seconds, file_kind, note_skipped, parse_frame
 
 if TYPE_CHECKING:
-    from ..model.profile import Profile
+    from ...model.profile import Profile
 
 # py-spy's synthetic root frames. A command line is written as is, so it may hold ";" and newlines.
 _PROCESS = re.compile(r'process (\d{1,10}):"(.*?)"(?:;|\Z)', re.S)
