@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from flameprof.model import storage
-from flameprof.collect.native_merge import merge_native
+from flameprof.collect.perf.merge import merge_native
 from flameprof.collect.importers.perf_script import read_perf_script
-from flameprof.collect.perf_record import PerfRecording, PerfUnavailable
+from flameprof.collect.perf.record import PerfRecording, PerfUnavailable
 from flameprof.profiler import SESSION, Profiler
 from flameprof.model.records import Frame
 from flameprof.model.builder import ProfileBuilder

@@ -94,7 +94,7 @@ def _warn_native(reason: str) -> None:
 
 def _start_native(rate: float):
     """A running perf recording of this process, or None (after one warning line) when perf cannot record."""
-    from ..collect.perf_record import PerfRecording, PerfUnavailable
+    from ..collect.perf.record import PerfRecording, PerfUnavailable
 
     try:
         recording = PerfRecording(os.getpid(), rate)
@@ -107,9 +107,9 @@ def _start_native(rate: float):
 
 def _add_native(recording, profile, clock_zero: float):
     """``profile`` with perf's native stacks merged in; on any failure, one warning line and ``profile``."""
-    from ..collect.native_merge import merge_native
+    from ..collect.perf.merge import merge_native
     from ..collect.importers.perf_script import read_perf_script
-    from ..collect.perf_record import PerfUnavailable
+    from ..collect.perf.record import PerfUnavailable
 
     try:
         recording.stop()

@@ -143,7 +143,7 @@ class PerfRecording:
     def script(self) -> Iterator[bytes]:
         """``perf script`` text of this process's samples, in chunks (inline expansion off: it runs
         addr2line per address, minutes on a library the size of libtorch)."""
-        from .importers.perf_script import read_chunks
+        from ..importers.perf_script import read_chunks
 
         perf = shutil.which("perf") or "perf"
         proc = subprocess.Popen([perf, "script", "--no-inline", "--ns", "-F", SCRIPT_FIELDS, "--pid", str(self.pid),

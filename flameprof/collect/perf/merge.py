@@ -22,8 +22,8 @@ import dataclasses
 
 import numpy as np
 
-from ..model.profile import Profile
-from ..model.builder import ProfileBuilder
+from ...model.profile import Profile
+from ...model.builder import ProfileBuilder
 
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
 
