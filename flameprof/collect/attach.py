@@ -41,7 +41,7 @@ from ..errors import FlameprofError
 from .engine.sampler_base import ASYNC_SIGNALS
 from .attach_agent import DETACH_THREAD, FLUSH_INTERVAL, MAX_LINE, SOCKET_NAME, mark_detached
 from .attach_watch import RETRY, WATCH_INTERVAL, ChildWatcher, part_pid
-from .parts import part_files, wait_for_parts
+from .jobs.parts import part_files, wait_for_parts
 from .target_process import TargetProcess, alive, explain_ptrace_failure, sees_paths
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ handler of flameprof is left in the target, only its imported (inert) modules.
 
 With ``--subprocesses`` the agent also follows the children the target forks during the attach
 (DataLoader workers re-created every epoch) with ``flameprof run``'s own machinery
-(``children.enable_tree``): a forked child restarts the sampler and writes its own part into the
-channel. At detach the target stops following (``children.disable_tree``) and marks the channel
+(``child.enable_tree``): a forked child restarts the sampler and writes its own part into the
+channel. At detach the target stops following (``child.disable_tree``) and marks the channel
 ``detached``; each child still sampling sees the mark from its sampler's tick, writes its final
 part and releases its session on a short-lived thread, and runs on unprofiled.
 
@@ -32,7 +32,7 @@ import time
 from .engine import choose_sampler
 from .engine.sampler_base import start_without_signals
 from .engine.session import SESSION, run_metadata
-from .parts import part_path
+from .jobs.parts import part_path
 
 SOCKET_NAME = "control.sock"
 DETACHED = "detached"  # created in the channel at the end: followed children stop profiling
@@ -137,7 +137,7 @@ class _Agent:
 
     def start(self, rate: float, backward_layers: bool, follow_forks: bool) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
-        from .parts import PartWriter
+        from .jobs.parts import PartWriter
 
         _quiet_session_start()
         SESSION.acquire(rate, backward_layers)
@@ -152,7 +152,7 @@ class _Agent:
 
     def flush(self, final: bool = False) -> None:
         from ..model.records import ProcessInfo
-        from .children import command_line, process_role
+        from .jobs.child import command_line, process_role
 
         series = {} if SESSION.counters is None else SESSION.counters.points()
         sampler = SESSION.sampler
@@ -226,20 +226,20 @@ class _ForkFollower:
     @classmethod
     def start(cls, channel: str, rate: float, sock: socket.socket) -> "_ForkFollower | None":
         """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
-        from . import children
+        from .jobs import child
 
-        if children.following_forks():
+        if child.following_forks():
             return None
         follower = cls(channel, sock)
-        children.enable_tree(channel, rate)
+        child.enable_tree(channel, rate)
         SESSION.sampler.tick_hooks.append(follower.tick)
         return follower
 
     def stop(self) -> None:
         """In the target at detach: no more children are followed, and those running stop."""
-        from . import children
+        from .jobs import child
 
-        children.disable_tree()
+        child.disable_tree()
         hooks = SESSION.sampler.tick_hooks if SESSION.sampler is not None else []
         if self.tick in hooks:
             hooks.remove(self.tick)
@@ -262,11 +262,11 @@ class _ForkFollower:
 
     def end_child(self) -> None:
         """In a followed child: write the final part, stop sampling, release everything."""
-        from . import children
+        from .jobs import child
 
         try:
             _unhook_exit()
-            children.disable_tree()
+            child.disable_tree()
             SESSION.release()
             _drop_samples()
         except Exception:

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-from .parts import SUFFIX, part_files
+from .jobs.parts import SUFFIX, part_files
 from .target_process import TargetProcess, alive, descendants, profilable, runs_parents_program, sees_paths
 
 WATCH_INTERVAL = 0.1   # seconds between looks at the process tree (about 1 ms each)

@@ -4,9 +4,9 @@ command (``flameprof run -- torchrun ...``) as a child process.
 The target keeps its own output, exit code and signals. The profile is written from an atexit
 handler registered before the target runs (so it runs last, after the target's own handlers and
 after non-daemon threads end), and directly before re-raising a fatal signal. Unless
-``--no-subprocesses``, every Python process the target starts is profiled too (collect/process_tree.py)
+``--no-subprocesses``, every Python process the target starts is profiled too (collect/jobs/tree.py)
 and merged into the one profile. ``--native`` records ``perf`` beside the sampler
-(collect/perf_record.py) and grafts its native stacks under the Python frames (collect/native_merge.py);
+(collect/perf/record.py) and grafts its native stacks under the Python frames (collect/perf/merge.py);
 when perf cannot record, one warning line says why and the profile has Python frames only.
 """
 
@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 
-from ..collect import runner
+from ..collect.jobs import script
 from ..errors import FlameprofError
 from .options import add_render_options, output_options, positive_rate
 
@@ -124,8 +124,8 @@ def _add_native(recording, profile, clock_zero: float):
 
 def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     """``flameprof run -- command ...``: the command's Python processes profile themselves into parts."""
-    from ..collect.command import exit_like, run_command
-    from ..collect.process_tree import ProcessTree, warn
+    from ..collect.jobs.command import exit_like, run_command
+    from ..collect.jobs.tree import ProcessTree, warn
     from ..outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         if args.native:
             _warn_native("native stacks are recorded for a script or -m module, not a -- command")
         return _run_command(rest, args)
-    target = runner.module_target(rest[0], rest[1:]) if args.module else runner.script_target(rest[0], rest[1:])
+    target = script.module_target(rest[0], rest[1:]) if args.module else script.script_target(rest[0], rest[1:])
     from ..outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     main_pid = os.getpid()
     tree = None
     if args.subprocesses:
-        from ..collect.process_tree import ProcessTree
+        from ..collect.jobs.tree import ProcessTree
 
         tree = ProcessTree(outdir, args.rate)
         tree.profile_children_of_this_process()
@@ -200,23 +200,23 @@ def run(args: argparse.Namespace) -> int:
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
         os.register_at_fork(after_in_child=_default_sigterm_in_child)
-    runner.install(target)
+    script.install(target)
     profiler.start()
     assert SESSION.sampler is not None
     clock_zero = SESSION.sampler.t0  # perf_counter reading of the profile's time 0
-    SESSION.sampler.boundary_codes.add(runner.exec_target.__code__)
+    SESSION.sampler.boundary_codes.add(script.exec_target.__code__)
     try:
-        runner.exec_target(target)
+        script.exec_target(target)
     except SystemExit:
         raise
     except _Terminated:
         state["signal"] = signal.SIGTERM
         finish()
     except KeyboardInterrupt as exc:
-        runner.print_target_exception(exc, target)
+        script.print_target_exception(exc, target)
         state["signal"] = signal.SIGINT
         raise SystemExit(130) from None
     except BaseException as exc:
-        runner.print_target_exception(exc, target)
+        script.print_target_exception(exc, target)
         raise SystemExit(1) from None
     return 0

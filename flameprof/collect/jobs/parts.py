@@ -16,10 +16,10 @@ import time
 import zipfile
 from array import array
 
-from ..atomic import write_bytes
-from ..model.fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
-from ..model.records import SAMPLE_COLUMNS, ProcessInfo
-from ..model.builder import ProfileBuilder
+from ...atomic import write_bytes
+from ...model.fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from ...model.records import SAMPLE_COLUMNS, ProcessInfo
+from ...model.builder import ProfileBuilder
 
 PREFIX = "part-"
 SUFFIX = ".flameprof"

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 
-from ..errors import FlameprofError
+from ...errors import FlameprofError
 
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 

@@ -2,7 +2,7 @@
 
 Python imports ``sitecustomize`` at startup from the first directory on ``sys.path`` that has one;
 ``flameprof run`` puts this file's directory first on children's PYTHONPATH. It starts the sampler
-(``flameprof.collect.children``), leaves ``sys.path`` as it would have been, then runs the
+(``flameprof.collect.jobs.child``), leaves ``sys.path`` as it would have been, then runs the
 ``sitecustomize`` that this one hides, if any, so a user's or the distribution's still runs.
 Nothing here may stop the process from starting: every failure is swallowed.
 """
@@ -14,10 +14,10 @@ import sys
 def _flameprof_start(here: str) -> None:
     if not os.environ.get("FLAMEPROF_CHILD_DIR"):
         return
-    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))  # above flameprof/collect/jobs/startup
     sys.path.insert(0, root)  # import the flameprof that set this up, whatever this interpreter has
     try:
-        from flameprof.collect.children import start_from_environment
+        from flameprof.collect.jobs.child import start_from_environment
 
         start_from_environment()
     except Exception:

@@ -13,7 +13,7 @@ import sys
 import types
 from dataclasses import dataclass
 
-from ..errors import FlameprofError
+from ...errors import FlameprofError
 
 
 @dataclass

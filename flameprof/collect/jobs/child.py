@@ -1,7 +1,7 @@
 """Profiling inside the other processes of a job: forked children, spawned children, any Python subprocess.
 
 ``flameprof run`` puts a parts directory in the environment (see ``tree.py``). A Python process
-started with it (through the ``bootstrap/sitecustomize.py`` on its path) starts the sampler before
+started with it (through the ``startup/sitecustomize.py`` on its path) starts the sampler before
 its own code runs; a process forked from a profiled one restarts the sampler in the child
 (``os.register_at_fork``: the sampling thread does not survive a fork). Either way the process then
 writes its samples to its own part file: every second or so from the sampler's tick, so a killed
@@ -21,16 +21,16 @@ import tempfile
 import threading
 import time
 
-from ..model.records import ProcessInfo, short_command
-from .engine.counters import CounterRecorder
-from .engine.session import SESSION, run_metadata
+from ...model.records import ProcessInfo, short_command
+from ..engine.counters import CounterRecorder
+from ..engine.session import SESSION, run_metadata
 from .parts import PartWriter
 
 ENV_DIR = "FLAMEPROF_CHILD_DIR"      # the parts directory; its presence turns profiling on
 ENV_RATE = "FLAMEPROF_CHILD_RATE"    # samples per second
 ENV_TREE = "FLAMEPROF_CHILD_TREE"    # "0": profile only the first Python process, not its children
 ENV_RANK_PID = "FLAMEPROF_RANK_PID"  # set by the process that owns RANK, so its children know they are not it
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 FLUSH_INTERVAL = 1.0                 # seconds between flushes, at least
 FLUSH_BUDGET = 0.01                  # flushing may take at most this share of the time
 EXIT_WAIT = 5.0                      # seconds the final flush waits for a flush in progress

@@ -10,12 +10,13 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
-from ..model.records import short_command
-from . import children
+from ...errors import FlameprofError
+from ...model.records import short_command
+from . import child
 from .parts import part_files, wait_for_parts
 
 if TYPE_CHECKING:
-    from ..model.profile import Profile
+    from ...model.profile import Profile
 
 EXIT_GRACE = 3.0  # seconds to wait for children still running to write their final part
 
@@ -35,20 +36,20 @@ class ProcessTree:
     def environment(self, base: dict | os._Environ) -> dict:
         """``base`` plus what makes a Python process started with it profile itself into this tree."""
         env = dict(base)
-        children.forget_environment(env)
-        env[children.ENV_DIR] = self.directory
-        env[children.ENV_RATE] = repr(self.rate)
-        env[children.ENV_TREE] = "1" if self.whole_tree else "0"
-        env.pop(children.ENV_RANK_PID, None)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (children.BOOTSTRAP_DIR, env.get("PYTHONPATH")) if p)
+        child.forget_environment(env)
+        env[child.ENV_DIR] = self.directory
+        env[child.ENV_RATE] = repr(self.rate)
+        env[child.ENV_TREE] = "1" if self.whole_tree else "0"
+        env.pop(child.ENV_RANK_PID, None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (child.BOOTSTRAP_DIR, env.get("PYTHONPATH")) if p)
         return env
 
     def profile_children_of_this_process(self) -> None:
         """Forked children restart the sampler; spawned ones and subprocesses inherit the environment."""
         env = self.environment(os.environ)
-        for name in (children.ENV_DIR, children.ENV_RATE, children.ENV_TREE, "PYTHONPATH"):
+        for name in (child.ENV_DIR, child.ENV_RATE, child.ENV_TREE, "PYTHONPATH"):
             os.environ[name] = env[name]
-        children.enable_tree(self.directory, self.rate)
+        child.enable_tree(self.directory, self.rate)
 
     def collect(self, main: "Profile | None" = None, main_pid: int | None = None) -> "Profile | None":
         """Merge ``main`` (this process's own profile, if any) with every part; None when there is nothing.
@@ -56,9 +57,9 @@ class ProcessTree:
         A corrupt part is skipped and a part left unfinished (its process was killed or hangs) is
         kept as it is, each with a one-line warning. The parts are removed once the merge succeeded.
         """
-        from ..model import storage
-        from ..model.merge import merge_profiles
-        from ..errors import FlameprofError
+        # numpy-backed: imported once the program has ended, so the program never sees it imported
+        from ...model import storage
+        from ...model.merge import merge_profiles
 
         partial = set(wait_for_parts(self.directory, EXIT_GRACE))
         profiles = [main] if main is not None else []
