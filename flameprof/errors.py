@@ -7,3 +7,7 @@ class FlameprofError(Exception):
     def __init__(self, message: str, exit_code: int = 2) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class InjectUnavailable(FlameprofError):
+    """``attach`` cannot inject into this process; the caller may fall back to py-spy."""

@@ -17,9 +17,9 @@ import pytest
 
 from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 from flameprof.model import storage
-from flameprof.collect.attach import bootstrap_source
-from flameprof.collect.pyspy_backend import find_pyspy
-from flameprof.collect.target_process import ptrace_denial, python_version
+from flameprof.collect.attach.bootstrap import bootstrap_source
+from flameprof.collect.attach.pyspy import find_pyspy
+from flameprof.collect.attach.target import ptrace_denial, python_version
 
 # Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change; SIGUSR2 ends it.
 # Every line is one write (say): the handler can run in the middle of a print, whose pieces reach an

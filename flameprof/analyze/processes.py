@@ -1,4 +1,4 @@
-"""Analysis across the processes of a merged profile (see merge.py): what the DataLoader workers did
+"""Analysis across the processes of a merged profile (see model/merge.py): what the DataLoader workers did
 while a training loop waited for batches, and each rank's step time and phases, naming the slowest.
 
 A sample's process is its stack's root frame (kind ``process``). A loop process is ``main`` or a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import FlameprofError
+from ..errors import FlameprofError, InjectUnavailable
 from .options import add_render_options, output_options, positive_rate
 
 BACKENDS = ("inject", "py-spy")
@@ -51,30 +51,30 @@ def _note(text: str) -> None:
 
 
 def attach(args: argparse.Namespace) -> int:
-    from ..collect import target_process
+    from ..collect.attach.target import inspect, python_descendants
     from ..outputs import prepare_output_dir
 
-    target = target_process.inspect(args.pid)
+    target = inspect(args.pid)
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
     profile = None
     if args.backend == "inject":
-        from ..collect import attach as inject
-        from ..collect.pyspy_backend import find_pyspy
+        from ..collect.attach import inject
+        from ..collect.attach.pyspy import find_pyspy
 
-        children = target_process.python_descendants(target.pid, _note) if args.subprocesses else []
+        children = python_descendants(target.pid, _note) if args.subprocesses else []
         try:
             profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers,
                                    follow_forks=args.subprocesses)
-        except inject.InjectUnavailable as exc:
+        except InjectUnavailable as exc:
             if find_pyspy() is None:
                 raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
                                      "is not installed (pip install py-spy)") from None
             _note(f"cannot inject into process {target.pid}: {exc}; using py-spy instead")
     if profile is None:
-        from ..collect import pyspy_backend
+        from ..collect.attach import pyspy
 
-        profile = pyspy_backend.record(target, args.duration, args.rate, args.subprocesses, _note)
+        profile = pyspy.record(target, args.duration, args.rate, args.subprocesses, _note)
     if not profile.num_samples:
         raise FlameprofError(f"no samples were taken from process {target.pid}")
     from ..outputs import write_outputs

@@ -1,7 +1,7 @@
 """``flameprof attach --subprocesses``: the Python processes that appear below the target during the
 attach and that no followed fork covers (spawned or forkserver DataLoader workers, subprocesses).
 
-A child forked by a profiled process profiles itself (see ``attach_agent``) and writes its part into
+A child forked by a profiled process profiles itself (see ``agent.py``) and writes its part into
 the channel at its first tick. A new descendant that runs another command line than its parent's
 (it ``exec``-ed), or that wrote no part within ``FORK_GRACE``, is injected with gdb like the
 children found at the start: in the background, so the attach never waits on gdb (0.1 s per
@@ -16,8 +16,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
-from .jobs.parts import SUFFIX, part_files
-from .target_process import TargetProcess, alive, descendants, profilable, runs_parents_program, sees_paths
+from ..jobs.parts import SUFFIX, part_files
+from .target import TargetProcess, alive, descendants, profilable, runs_parents_program, sees_paths
 
 WATCH_INTERVAL = 0.1   # seconds between looks at the process tree (about 1 ms each)
 FORK_GRACE = 0.3       # a followed fork has written its part by then

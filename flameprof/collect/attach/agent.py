@@ -29,10 +29,13 @@ import socket
 import threading
 import time
 
-from .engine import choose_sampler
-from .engine.sampler_base import start_without_signals
-from .engine.session import SESSION, run_metadata
-from .jobs.parts import part_path
+from ...model.records import ProcessInfo
+from ..engine import choose_sampler
+from ..engine.sampler_base import start_without_signals
+from ..engine.session import SESSION, run_metadata
+from ..jobs import child
+from ..jobs.child import command_line, process_role
+from ..jobs.parts import PartWriter, part_path
 
 SOCKET_NAME = "control.sock"
 DETACHED = "detached"  # created in the channel at the end: followed children stop profiling
@@ -137,7 +140,6 @@ class _Agent:
 
     def start(self, rate: float, backward_layers: bool, follow_forks: bool) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
-        from .jobs.parts import PartWriter
 
         _quiet_session_start()
         SESSION.acquire(rate, backward_layers)
@@ -151,8 +153,6 @@ class _Agent:
             raise
 
     def flush(self, final: bool = False) -> None:
-        from ..model.records import ProcessInfo
-        from .jobs.child import command_line, process_role
 
         series = {} if SESSION.counters is None else SESSION.counters.points()
         sampler = SESSION.sampler
@@ -226,7 +226,6 @@ class _ForkFollower:
     @classmethod
     def start(cls, channel: str, rate: float, sock: socket.socket) -> "_ForkFollower | None":
         """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
-        from .jobs import child
 
         if child.following_forks():
             return None
@@ -237,7 +236,6 @@ class _ForkFollower:
 
     def stop(self) -> None:
         """In the target at detach: no more children are followed, and those running stop."""
-        from .jobs import child
 
         child.disable_tree()
         hooks = SESSION.sampler.tick_hooks if SESSION.sampler is not None else []
@@ -262,7 +260,6 @@ class _ForkFollower:
 
     def end_child(self) -> None:
         """In a followed child: write the final part, stop sampling, release everything."""
-        from .jobs import child
 
         try:
             _unhook_exit()

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import FlameprofError
+from ...errors import FlameprofError
 
 SUPPORTED = ((3, 10), (3, 11), (3, 12), (3, 13))
 CAP_SYS_PTRACE = 19

@@ -2,7 +2,7 @@
 
 py-spy writes speedscope JSON (``--function``: frames carry the function's first line, as
 flameprof's do; ``--idle``: idle threads are sampled too, so the weights are wall time). Its
-per-thread sample lists are in time order, so ``pyspy_import`` gives each sample its time back from
+per-thread sample lists are in time order, so ``importers/pyspy.py`` gives each sample its time back from
 the running sum of the weights, and phases and steps can be found as in an injected profile. py-spy cannot tell CPU
 from wall time, so a sample's CPU time is recorded as its wall time; it cannot see ``nn.Module``
 objects either, so there are no layer frames.
@@ -20,13 +20,13 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import FlameprofError
-from ..model.records import ProcessInfo
-from .importers.pyspy import read_speedscope
-from .target_process import TargetProcess, alive, explain_ptrace_failure
+from ...errors import FlameprofError
+from ...model.records import ProcessInfo
+from ..importers.pyspy import read_speedscope
+from .target import TargetProcess, alive, explain_ptrace_failure
 
 if TYPE_CHECKING:
-    from ..model.profile import Profile
+    from ...model.profile import Profile
 
 
 def find_pyspy() -> str | None:

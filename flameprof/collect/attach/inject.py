@@ -1,0 +1,289 @@
+"""``flameprof attach``'s inject backend: run flameprof's own sampler inside a live CPython process.
+
+How (the CLI side; ``agent.py`` is the side inside the target):
+
+1. A private channel (``channel.py``): a fresh 0700 directory holding a unix socket the CLI
+   listens on.
+2. gdb attaches (``gdb.py`` runs ``gdb_program.py`` in it), maps one anonymous page in the target,
+   writes the bootstrap (``bootstrap.py``) into it and queues ``PyRun_SimpleString(page)`` with
+   ``Py_AddPendingCall``, then detaches. gdb runs nothing else in the target. The interpreter runs
+   pending calls in the main thread between bytecodes, so the bootstrap starts at a safe point; it
+   only starts the agent thread, catching everything, and binds no name in ``__main__``. The page
+   (4 KiB) stays mapped.
+3. The agent connects, samples, writes its part file (``jobs/parts.py``, mode 0600) into the
+   channel every few seconds and a last time on "stop" (or when the CLI disappears, or at the
+   target's exit).
+4. The CLI loads each part with ``storage.loads`` (zip of JSON and ``.npy`` without pickle) from a
+   regular file opened without following symlinks, drops the agent's own thread and merges the
+   processes by role; nothing a target writes is ever executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from ...errors import FlameprofError, InjectUnavailable
+from ...model import storage
+from ...model.merge import merge_profiles
+from ...model.profile import Profile
+from ..jobs.parts import part_files, wait_for_parts
+from .agent import DETACH_THREAD, FLUSH_INTERVAL, mark_detached
+from .bootstrap import BOOTSTRAP_ERROR, bootstrap_source, package_dir
+from .channel import Channel, Remote
+from .gdb import run_gdb, try_gdb, try_gdb_late
+from .target import TargetProcess, alive, sees_paths
+from .watch import WATCH_INTERVAL, ChildWatcher, part_pid
+
+CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
+START_TIMEOUT = 60.0     # the agent imports flameprof in the target
+SAVE_TIMEOUT = 60.0
+FOLLOWED_GRACE = 3.0     # seconds for followed children to write their final part after the detach
+LIVENESS_INTERVAL = 0.5  # seconds between checks that a process whose agent is silent still runs
+
+
+def record(target: TargetProcess, duration: float | None, rate: float,
+           note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = (),
+           backward_layers: bool = False, follow_forks: bool = False) -> "Profile":
+    """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
+    injected agent; several processes come back as one merged profile. With ``follow_forks`` the
+    children that the profiled processes fork meanwhile are profiled too, and other Python
+    processes that appear below ``target`` are injected as they appear.
+
+    Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
+    instead), FlameprofError for everything else; a child that cannot be profiled is left out.
+    """
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
+    with Channel([target, *children]) as channel:
+        paths = (channel.path, package_dir())
+        elsewhere = ("it sees other files (a container, or a private /tmp), without flameprof or the channel "
+                     f"directory {channel.path}")
+        if not sees_paths(target.pid, paths):
+            raise InjectUnavailable(elsewhere)
+        known = {target.pid, *(c.pid for c in children)}
+        for child in [c for c in children if not sees_paths(c.pid, paths) and alive(c.pid)]:
+            note(f"leaving out child process {child.pid}: {elsewhere}")
+        children = [c for c in children if sees_paths(c.pid, paths)]
+        payload = bootstrap_source(channel.path, package_dir())
+        run_gdb(gdb, target, payload)
+        injected = [target]
+        with ThreadPoolExecutor(max_workers=4) as pool:  # a gdb run is mostly waiting on the process
+            failures = pool.map(lambda child: try_gdb(gdb, child, payload), children)
+        for child, failure in zip(children, failures):
+            if not failure:
+                injected.append(child)
+            elif alive(child.pid):  # one that ended meanwhile is simply not there
+                note(f"leaving out child process {child.pid}: {failure}")
+        config = {"rate": rate, "backward_layers": backward_layers, "follow_forks": follow_forks}
+        remotes = _start(channel, injected, config)
+        by_pid = {t.pid: t for t in injected}
+
+        def admit(child: TargetProcess) -> None:
+            channel.pids.add(child.pid)
+            by_pid[child.pid] = child
+
+        watcher = ChildWatcher(target.pid, known, channel.path, paths, lambda child: try_gdb_late(gdb, child, payload),
+                               admit, note) if follow_forks else None
+        try:
+            others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
+            note(f"profiling process {target.pid}{others} (Python {target.version_text}) "
+                 + (f"for {duration:g} s" if duration else "until Ctrl-C"))
+            try:
+                _wait(channel, remotes, by_pid, config, duration, watcher)
+            finally:
+                if watcher is not None:
+                    watcher.close()
+            _stop(remotes)
+            for child in injected[1:]:
+                if child.pid not in channel.accepted:
+                    note(f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}")
+            profiles = [p for p in (_collect(channel, r, note) for r in remotes) if p is not None]
+            if follow_forks:
+                profiles += _collect_followed(channel, {r.target.pid for r in remotes}, note)
+        finally:
+            for remote in remotes:
+                remote.conn.close()
+    if len(profiles) == 1:
+        return profiles[0]
+    merged = merge_profiles(profiles, main_pid=target.pid)
+    merged.meta.update(collector="attach", backend="inject")
+    return merged
+
+
+def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, config: dict,
+            timeout: float) -> Remote | None:
+    """The next agent to connect, configured; None after ``timeout`` seconds."""
+    got = channel.accept(timeout)
+    if got is None:
+        return None
+    pid, conn = got
+    conn.sendall((json.dumps(dict(config, main=pid == main_pid)) + "\n").encode())
+    return Remote(by_pid[pid], conn, pid == main_pid)
+
+
+def _start(channel: Channel, injected: list[TargetProcess], config: dict) -> list[Remote]:
+    """Wait for the main process's agent to sample (children that connect meanwhile are kept;
+    later ones are accepted while waiting). The main process's remote comes first."""
+    main = injected[0]
+    by_pid = {t.pid: t for t in injected}
+    remotes: list[Remote] = []
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while not any(r.main for r in remotes):
+        remote = _accept(channel, by_pid, main.pid, config, min(0.2, max(0.0, deadline - time.monotonic())))
+        if remote is not None:
+            remotes.append(remote)
+            continue
+        failed = channel.read_private(f"{BOOTSTRAP_ERROR}-{main.pid}", 1) or not alive(main.pid)
+        if failed or time.monotonic() >= deadline:  # the bootstrap's error or the exit need no more wait
+            for other in remotes:
+                other.conn.close()  # their agents stop at the end of file
+            raise _not_started(channel, main, f"for {CONNECT_TIMEOUT:.0f} s")
+    remotes.sort(key=lambda r: not r.main)
+    event = remotes[0].events.next(START_TIMEOUT) or {}
+    if event.get("event") == "error":
+        raise InjectUnavailable(str(event.get("message", "the agent failed"))[:300])
+    if event.get("event") != "started":
+        if not alive(main.pid):
+            raise FlameprofError(f"process {main.pid} exited before profiling started")
+        raise FlameprofError(f"the agent in process {main.pid} did not start")
+    return remotes
+
+
+def _not_started(channel: Channel, target: TargetProcess, waited: str) -> FlameprofError:
+    """Why the agent of ``target`` never connected, after waiting ``waited``."""
+    failure = channel.read_private(f"{BOOTSTRAP_ERROR}-{target.pid}", 300)
+    if failure:
+        return InjectUnavailable("the agent failed to load in the process: " + failure.decode("utf-8", "replace"))
+    if not alive(target.pid):
+        return FlameprofError(f"process {target.pid} exited before profiling started")
+    return InjectUnavailable(f"the process's main thread ran no Python code {waited} (blocked in a long call), "
+                             "so the agent could not start")
+
+
+def _wait(channel: Channel, remotes: list[Remote], by_pid: dict[int, TargetProcess], config: dict,
+          duration: float | None, watcher: ChildWatcher | None) -> None:
+    """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
+    accepting the agents of children that connect meanwhile, and letting ``watcher`` look for new ones."""
+    deadline = None if duration is None else time.monotonic() + duration
+    main = remotes[0]
+    try:
+        while main.result is None and (deadline is None or time.monotonic() < deadline):
+            if watcher is not None:
+                watcher.poll()
+            live = [r for r in remotes if r.result is None]
+            waiting = [channel.server] if len(channel.accepted) < len(by_pid) else []
+            left = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic()))
+            if watcher is not None:
+                left = min(left, WATCH_INTERVAL)
+            ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
+            if channel.server in ready:
+                remote = _accept(channel, by_pid, main.target.pid, config, 0)
+                if remote is not None:
+                    remotes.append(remote)
+            for remote in live:
+                if remote.conn in ready:
+                    remote.pump(0)
+            main.settle_if_gone()
+    except KeyboardInterrupt:
+        pass
+
+
+def _stop(remotes: list[Remote]) -> None:
+    """Tell every agent still sampling to stop, and wait for each to save."""
+    for remote in remotes:
+        if remote.result is None:
+            try:
+                remote.conn.sendall(b"stop\n")
+            except OSError:
+                pass
+    deadline = time.monotonic() + SAVE_TIMEOUT
+    for remote in remotes:
+        while remote.result is None and time.monotonic() < deadline:
+            remote.pump(max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic())))
+            remote.settle_if_gone()
+
+
+def _collect(channel: Channel, remote: Remote, note: Callable[[str], None]) -> "Profile | None":
+    """The profile one agent handed back (or, if its process was killed, what it wrote last)."""
+    pid = remote.target.pid
+    result = remote.result or {}
+    if result.get("reason") == "followed":  # its own part is collected with the followed forks
+        return None
+    if result.get("event") == "saved":
+        if result.get("reason") == "exit" and remote.main:  # children come and go
+            note(f"process {pid} exited during the attach; saved the samples taken so far")
+        return _load(channel, remote.target)
+    if result.get("event") == "error":
+        message = str(result.get("message", "the agent failed"))[:300]
+    elif not _ended(pid):
+        message = f"the agent in process {pid} did not hand back a profile"
+    else:
+        try:
+            profile = _load(channel, remote.target, f"process {pid} exited before its profile could be saved")
+        except FlameprofError as exc:
+            message = str(exc)
+        else:
+            note(f"process {pid} ended abruptly during the attach; saved the samples up to its last "
+                 f"flush (every {FLUSH_INTERVAL:g} s)")
+            return profile
+    remote.fail(message, note)
+    return None
+
+
+def _ended(pid: int, wait: float = 1.0) -> bool:
+    """Whether ``pid`` ended, allowing for a killed process whose sockets are closed before it is a zombie."""
+    deadline = time.monotonic() + wait
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list["Profile"]:
+    """The profiles of the children forked during the attach: each wrote its own part (see
+    ``agent.py``); a child still profiling after the grace keeps what it had written."""
+    mark_detached(channel.path)  # the agent did, unless its process ended abruptly
+    partial = set(wait_for_parts(channel.path, FOLLOWED_GRACE))
+    profiles = []
+    for path in part_files(channel.path):
+        pid = part_pid(path)
+        if pid is None or pid in injected:
+            continue
+        data = channel.read_private(os.path.basename(path), 1 << 31)
+        try:
+            profile = storage.loads(data or b"", f"profile from child process {pid}")
+        except FlameprofError as exc:
+            note(f"leaving out child process {pid}: {exc}")
+            continue
+        if path in partial:
+            note(f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written")
+        detach = [t.tid for t in profile.threads if t.pid == pid and t.name == DETACH_THREAD]
+        if detach:  # sampled once, as stopping the child's sampler takes a last sample
+            profile = profile.without_thread(pid, detach[0])
+        if profile.num_samples:
+            profile.meta.update(collector="attach", backend="inject")
+            profiles.append(profile)
+    return profiles
+
+
+def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profile":
+    """The part the agent wrote, without the agent's own thread (idle in a read)."""
+    name = f"-{target.pid}.flameprof"
+    paths = [p for p in part_files(channel.path) if p.endswith(name)]
+    data = channel.read_private(os.path.basename(paths[0]), 1 << 31) if paths else None
+    if not data:
+        raise FlameprofError(missing or f"the agent in process {target.pid} wrote no profile")
+    profile = storage.loads(data, f"profile from process {target.pid}")
+    agent_tid = profile.meta.pop("agent_tid", None)
+    if isinstance(agent_tid, int):
+        profile = profile.without_thread(target.pid, agent_tid)
+    profile.meta.update(collector="attach", backend="inject")
+    return profile
