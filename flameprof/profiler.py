@@ -63,8 +63,11 @@ class Profiler:
         return self.profile
 
     def save(self, output: str | os.PathLike | None = None) -> list[str]:
-        """Write profile.flameprof, profile.folded and profile.svg into ``output``; returns the paths."""
-        from .outputs import OutputOptions, write_outputs
+        """Write profile.flameprof, profile.folded and profile.svg (and the ``formats`` asked for) into
+        ``output``; returns the paths."""
+        from .render.formats import Rendering
+        from .render.options import OutputOptions
+        from .render.outputs import write_outputs
 
         if self.profile is None:
             raise RuntimeError("nothing to save: call stop() first")
@@ -72,7 +75,7 @@ class Profiler:
         if target is None:
             raise ValueError("no output directory given")
         options = OutputOptions(mode=self.mode, **self.render_options)
-        return write_outputs(self.profile, os.fspath(target), options)
+        return write_outputs(Rendering(self.profile, options), os.fspath(target))
 
     def __enter__(self) -> "Profiler":
         return self.start()

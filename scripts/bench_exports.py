@@ -27,9 +27,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from flameprof import storage  # noqa: E402
+from flameprof.model import storage  # noqa: E402
 from flameprof.model.profile import Frame, ProcessInfo, Profile, ThreadInfo  # noqa: E402
-from flameprof.render.exports import FORMATS  # noqa: E402
+from flameprof.render.formats import EXPORTS, FORMATS  # noqa: E402
 
 TIME_LIMIT_S = 10.0
 MEMORY_LIMIT_MB = 1024.0
@@ -38,12 +38,12 @@ MEMORY_LIMIT_MB = 1024.0
 _CHILD = """
 import json, resource, sys, time
 from flameprof.model import storage
-from flameprof.outputs import OutputOptions
-from flameprof.render.exports import write_exports
+from flameprof.render.formats import Rendering, write_formats
+from flameprof.render.options import OutputOptions
 profile = storage.load(sys.argv[1])
 t0 = time.perf_counter()
 if sys.argv[3] != "load-only":
-    write_exports(profile, sys.argv[2], OutputOptions(formats=(sys.argv[3],)))
+    write_formats(Rendering(profile, OutputOptions()), sys.argv[2], (sys.argv[3],))
 seconds = time.perf_counter() - t0
 print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -108,7 +108,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--formats", default=",".join(EXPORTS))
     args = parser.parse_args()
     formats = args.formats.split(",")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -130,7 +130,7 @@ def main() -> int:
         for fmt in formats:
             seconds = statistics.median(r["seconds"] for r in results[fmt])
             peak = statistics.median(r["peak_mb"] for r in results[fmt])
-            size = os.path.getsize(os.path.join(tmp, "out" + FORMATS[fmt])) / 1e6
+            size = os.path.getsize(os.path.join(tmp, "out" + FORMATS[fmt].suffix)) / 1e6
             good = seconds < TIME_LIMIT_S and peak < MEMORY_LIMIT_MB
             ok &= good
             print(f"{fmt:<11} {seconds:8.2f} {peak:8.0f} {size:8.1f}  {'ok' if good else 'MISSED'}")

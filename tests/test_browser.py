@@ -18,9 +18,9 @@ import urllib.request
 
 import pytest
 
-from flameprof.outputs import OutputOptions
+from flameprof.render.options import OutputOptions
 from flameprof.render.diff_svg import render_diff_svg
-from flameprof.render.exports import write_exports
+from flameprof.render.formats import Rendering, write_formats
 from flameprof.render.svg import render_svg
 from synthetic import training_profile
 
@@ -233,7 +233,7 @@ def test_differential_svg(browser, tmp_path):
 
 def test_html_report(browser, tmp_path):
     profile = training_profile(TICKS, steps=12, warmup_ticks=20)
-    [path] = write_exports(profile, str(tmp_path / "profile"), OutputOptions(formats=("html",)))
+    [path] = write_formats(Rendering(profile, OutputOptions()), str(tmp_path / "profile"), ("html",))
     browser.open(path)
     assert browser.js("document.getElementById('fp-verdict').textContent").startswith("HIGHLY input-bound")
     assert browser.js("document.querySelectorAll('#fp-step-chart rect').length") == 12 * 5   # 5 phases a step

@@ -19,7 +19,7 @@ from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame
 from flameprof.model.builder import ProfileBuilder
 from flameprof.render.chrome_trace import write_chrome_trace
-from flameprof.render.exports import step_spans
+from flameprof.render.formats import step_spans
 from flameprof.analyze.breakdown import analyze
 from flameprof.render.pprof import render_pprof
 from flameprof.render.speedscope import render_speedscope
@@ -277,3 +277,31 @@ def test_run_writes_requested_formats(write_script, tmp_path):
 def test_unknown_format_is_one_error_line(write_script):
     proc = run_flameprof("run", "--format", "speedscope,svgz", write_script("x.py", "pass\n"))
     assert_one_error_line(proc, "svgz")
+
+
+def test_a_runs_outputs_and_summary_share_one_analysis(tmp_path, monkeypatch):
+    """Every file of a run (standard and exports) and the summary come from one classification."""
+    from flameprof.analyze import breakdown
+    from flameprof.render.formats import FORMATS, Rendering
+    from flameprof.render.options import OutputOptions
+    from flameprof.render.outputs import write_outputs
+    from flameprof.render.summary import format_summary
+
+    calls = {"analyze": 0, "classify": 0}
+
+    def counting(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(breakdown, "analyze", counting("analyze", breakdown.analyze))
+    monkeypatch.setattr(breakdown, "phase_of_samples", counting("classify", breakdown.phase_of_samples))
+    profile = training_profile(TICKS, steps=3)
+    rendering = Rendering(profile, OutputOptions(formats=("speedscope", "chrome", "pprof", "html")))
+    paths = write_outputs(rendering, str(tmp_path))
+    summary = format_summary(rendering, paths)
+    assert sorted(p.rsplit("/", 1)[1] for p in paths) == sorted("profile" + f.suffix for f in FORMATS.values())
+    assert all((tmp_path / p.rsplit("/", 1)[1]).stat().st_size > 0 for p in paths)
+    assert "verdict:" in summary
+    assert calls == {"analyze": 1, "classify": 1}

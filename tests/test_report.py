@@ -163,13 +163,15 @@ def test_report_command_malformed_phase_rule_is_one_error_line(tmp_path):
 
 
 def test_summary_shows_phases_steps_and_verdict_only_for_deep_learning_runs():
+    from flameprof.render.formats import Rendering
+    from flameprof.render.options import OutputOptions
     from flameprof.render.summary import format_summary
 
-    dl = format_summary(stepped({"fetch": 1, "forward": 3}), ["out/profile.flameprof"])
+    dl = format_summary(Rendering(stepped({"fetch": 1, "forward": 3}), OutputOptions()), ["out/profile.flameprof"])
     assert "phases of MainThread (steady-state steps, wall): data 25.0%, forward 75.0%" in dl
     assert "steps: 4 steps (marks:step)" in dl and "verdict: HIGHLY input-bound" in dl
     assert "flameprof report out/profile.flameprof" in dl
-    plain = format_summary(stepped({"plain": 2}, marks=False), ["out/profile.flameprof"])
+    plain = format_summary(Rendering(stepped({"plain": 2}, marks=False), OutputOptions()), ["out/profile.flameprof"])
     assert "work (/work/app.py:5)" in plain and "verdict" not in plain and "phases" not in plain
 
 

@@ -52,7 +52,7 @@ def _note(text: str) -> None:
 
 def attach(args: argparse.Namespace) -> int:
     from ..collect.attach.target import inspect, python_descendants
-    from ..outputs import prepare_output_dir
+    from ..render.outputs import prepare_output_dir
 
     target = inspect(args.pid)
     outdir = prepare_output_dir(args.output)
@@ -77,10 +77,12 @@ def attach(args: argparse.Namespace) -> int:
         profile = pyspy.record(target, args.duration, args.rate, args.subprocesses, _note)
     if not profile.num_samples:
         raise FlameprofError(f"no samples were taken from process {target.pid}")
-    from ..outputs import write_outputs
+    from ..render.formats import Rendering
+    from ..render.outputs import write_outputs
     from ..render.summary import format_summary
 
-    paths = write_outputs(profile, outdir, options)
+    rendering = Rendering(profile, options)
+    paths = write_outputs(rendering, outdir)
     if not args.quiet:
-        sys.stderr.write(format_summary(profile, paths, options.mode))
+        sys.stderr.write(format_summary(rendering, paths))
     return 0

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     extra = list(args.example_args)
     if extra[:1] == ["--"]:
         extra = extra[1:]
-    from ..outputs import prepare_output_dir
+    from ..render.outputs import prepare_output_dir
 
     outdir = prepare_output_dir(args.output)
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,8 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..outputs import OutputOptions
-
+    from ..render.options import OutputOptions
 
 
 def positive_rate(text: str) -> float:
@@ -21,13 +20,13 @@ def positive_rate(text: str) -> float:
 
 
 def export_formats(text: str) -> tuple[str, ...]:
-    from ..render.exports import FORMATS
+    from ..render.formats import EXPORTS
 
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in FORMATS]
+    unknown = [n for n in names if n not in EXPORTS]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown export format {', '.join(unknown) or repr(text)} "
-                                         f"(expected a comma-separated list of {', '.join(FORMATS)})")
+                                         f"(expected a comma-separated list of {', '.join(EXPORTS)})")
     return names
 
 
@@ -47,7 +46,7 @@ def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] =
 
 
 def output_options(args: argparse.Namespace) -> "OutputOptions":
-    from ..outputs import OutputOptions
+    from ..render.options import OutputOptions
 
     return OutputOptions(mode=args.mode, count=args.count, view=getattr(args, "view", "code"), title=args.title,
                          minwidth=args.minwidth, icicle=args.icicle, formats=args.formats)

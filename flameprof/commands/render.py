@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def render(args: argparse.Namespace) -> int:
     from ..analyze.views import VIEWS
     from ..collect.importers.load import load_input
-    from ..atomic import write_text
+    from ..render.formats import FORMATS, Rendering, write_formats
 
     if args.minwidth < 0:
         raise FlameprofError(f"--minwidth must be 0 or more, not {args.minwidth:g}")
@@ -36,27 +36,16 @@ def render(args: argparse.Namespace) -> int:
         raise FlameprofError(f"unknown view {args.view!r} (expected one of {', '.join(VIEWS)})")
     if args.formats and args.output == "-":
         raise FlameprofError("--format writes files next to -o OUT, so OUT cannot be - (stdout)")
-    profile = load_input(args.input, strict=True)
-    if args.output.endswith(FOLDED_SUFFIXES):
-        from ..render.folded import folded_lines
-
-        text = "".join(line + "\n" for line in folded_lines(profile, args.mode, args.count, args.view))
-    else:
-        from ..render.svg import render_svg
-
-        text = render_svg(profile, mode=args.mode, view=args.view, title=args.title, minwidth=args.minwidth,
-                          icicle=args.icicle)
+    rendering = Rendering(load_input(args.input, strict=True), output_options(args))
+    fmt = FORMATS["folded" if args.output.endswith(FOLDED_SUFFIXES) else "svg"]
     if args.output == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(fmt.text(rendering))
         return 0
     try:
-        write_text(args.output, text)
+        fmt.write(rendering, args.output)
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"flameprof: wrote {args.output} ({os.path.getsize(args.output) / 1e3:.0f} kB)", file=sys.stderr)
-    if args.formats:
-        from ..render.exports import write_exports
-
-        for path in write_exports(profile, os.path.splitext(args.output)[0], output_options(args)):
-            print(f"flameprof: wrote {path}", file=sys.stderr)
+    for path in write_formats(rendering, os.path.splitext(args.output)[0], args.formats):
+        print(f"flameprof: wrote {path}", file=sys.stderr)
     return 0

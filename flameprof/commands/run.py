@@ -78,12 +78,14 @@ def _write_profile(profile, outdir: str, options, args: argparse.Namespace) -> N
         profile.meta["phase_rules"] = list(args.phase)
     quiet = args.quiet
     try:
-        from ..outputs import write_outputs
+        from ..render.formats import Rendering
+        from ..render.outputs import write_outputs
         from ..render.summary import format_summary
 
-        paths = write_outputs(profile, outdir, options)
+        rendering = Rendering(profile, options)
+        paths = write_outputs(rendering, outdir)
         if not quiet:
-            sys.stderr.write(format_summary(profile, paths, options.mode))
+            sys.stderr.write(format_summary(rendering, paths))
     except Exception as exc:  # the target's outcome stands; report ours in one line
         sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
 
@@ -126,7 +128,7 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     """``flameprof run -- command ...``: the command's Python processes profile themselves into parts."""
     from ..collect.jobs.command import exit_like, run_command
     from ..collect.jobs.tree import ProcessTree, warn
-    from ..outputs import prepare_output_dir
+    from ..render.outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)
@@ -157,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
             _warn_native("native stacks are recorded for a script or -m module, not a -- command")
         return _run_command(rest, args)
     target = script.module_target(rest[0], rest[1:]) if args.module else script.script_target(rest[0], rest[1:])
-    from ..outputs import prepare_output_dir
+    from ..render.outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)

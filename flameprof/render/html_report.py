@@ -18,7 +18,7 @@ from .svg import render_svg
 if TYPE_CHECKING:
     from ..analyze.breakdown import Analysis
     from ..model.profile import Profile
-    from ..outputs import OutputOptions
+    from .options import OutputOptions
 
 PHASE_COLORS = {"data.wait": "#d9534f", "data.fetch": "#f0ad4e", "forward": "#5b9bd5", "backward": "#7e57c2",
                 "optimizer": "#4caf50", "sync": "#ff7043", "other": "#b0b0a8"}

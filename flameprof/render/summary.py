@@ -3,14 +3,15 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 
 from __future__ import annotations
 
-from ..analyze.breakdown import analyze
-from ..model.profile import Profile
+from .formats import Rendering
 from .report import phase_lines, report_data, steps_line
 
 TOP = 8
 
 
-def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> str:
+def format_summary(rendering: Rendering, paths: list[str]) -> str:
+    """The summary of ``rendering``'s profile (its analysis is the one the written files used)."""
+    profile, mode = rendering.profile, rendering.options.mode
     duration = profile.duration
     rate = profile.meta.get("rate")
     ticks = profile.meta.get("ticks")
@@ -24,11 +25,11 @@ def format_summary(profile: Profile, paths: list[str], mode: str = "wall") -> st
     if profile.meta.get("sampler") == "python":
         lines.append("  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "
                      "Python work between blocking calls (queues, I/O, syncs) is under-counted")
-    analysis = analyze(profile, mode=mode, top=TOP)
+    analysis = rendering.analysis
     data = report_data(profile, mode=mode, analysis=analysis)
     if data["functions"]:
         lines.append(f"  top functions by self {mode} time:")
-        for row in data["functions"]:
+        for row in data["functions"][:TOP]:
             lines.append(f"    {row['self_percent']:5.1f}%  {row['self']:8.3f} s  {row['name'][:100]}")
     if analysis.is_deep_learning:
         steady = data["steps"]["steady"]

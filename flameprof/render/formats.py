@@ -1,0 +1,129 @@
+"""Every file flameprof writes for a profile, in one registry: format name -> file suffix -> writer.
+
+``run``, ``attach``, ``render`` and the Python API all write through it. A ``Rendering`` carries
+the profile and its options, and computes the analysis (phases, steps, breakdown) at most once for
+all the writers and the summary. Each writer imports its renderer when called: ``--format`` is
+parsed inside the profiled program, which must not see numpy imported before it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from ..atomic import atomic_file, write_bytes, write_text
+
+if TYPE_CHECKING:
+    from ..analyze.breakdown import Analysis
+    from ..model.profile import Profile
+    from .options import OutputOptions
+
+TOP = 10  # functions and layers the analysis ranks, for the report, the HTML page and the summary
+
+
+@dataclass
+class Rendering:
+    """A profile, the options it is rendered with, and its analysis, computed on first use."""
+
+    profile: "Profile"
+    options: "OutputOptions"
+    _analysis: "Analysis | None" = field(default=None, repr=False)
+
+    @property
+    def analysis(self) -> "Analysis":
+        if self._analysis is None:
+            from ..analyze.breakdown import analyze
+
+            self._analysis = analyze(self.profile, mode=self.options.mode, top=TOP)
+        return self._analysis
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    suffix: str  # after the base name, e.g. ``profile``
+    write: Callable[[Rendering, str], None]
+    text: Callable[[Rendering], str] | None = None  # text formats can also go to stdout
+    standard: bool = False  # written by every run; the others on request (``--format``)
+
+
+def step_spans(analysis: "Analysis") -> list[tuple[int, float, float]]:
+    """(thread, start, end) of every step the analysis found, for timeline exports."""
+    steps = analysis.steps
+    bounds = steps.bounds.tolist()
+    return [(steps.thread, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _text_format(name: str, suffix: str, text: Callable[[Rendering], str], standard: bool = False) -> Format:
+    return Format(name, suffix, lambda r, path: write_text(path, text(r)), text, standard)
+
+
+def _flameprof(r: Rendering, path: str) -> None:
+    from ..model import storage
+
+    storage.save(r.profile, path)
+
+
+def _folded(r: Rendering) -> str:
+    from .folded import folded_lines
+
+    o = r.options
+    return "".join(line + "\n" for line in folded_lines(r.profile, o.mode, o.count, o.view))
+
+
+def _svg(r: Rendering) -> str:
+    from .svg import render_svg
+
+    o = r.options
+    return render_svg(r.profile, mode=o.mode, view=o.view, title=o.title, minwidth=o.minwidth, icicle=o.icicle)
+
+
+def _speedscope(r: Rendering) -> str:
+    from .speedscope import render_speedscope
+
+    return render_speedscope(r.profile, r.options.mode, r.options.title)
+
+
+def _chrome(r: Rendering, path: str) -> None:
+    from ..analyze.phases import LEAF_PHASES
+    from .chrome_trace import write_chrome_trace
+
+    with atomic_file(path) as fh:  # streamed: a long run's trace need not fit in memory twice
+        write_chrome_trace(r.profile, fh, r.analysis.sample_phase, LEAF_PHASES, step_spans(r.analysis))
+
+
+def _pprof(r: Rendering, path: str) -> None:
+    from ..analyze.phases import LEAF_PHASES
+    from .pprof import render_pprof
+
+    write_bytes(path, render_pprof(r.profile, r.options.mode, r.analysis.sample_phase, LEAF_PHASES))
+
+
+def _html(r: Rendering) -> str:
+    from .html_report import render_html
+
+    return render_html(r.profile, r.analysis, r.options)
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("flameprof", ".flameprof", _flameprof, standard=True),
+    _text_format("folded", ".folded", _folded, standard=True),
+    _text_format("svg", ".svg", _svg, standard=True),
+    _text_format("speedscope", ".speedscope.json", _speedscope),
+    Format("chrome", ".trace.json", _chrome),
+    Format("pprof", ".pb.gz", _pprof),
+    _text_format("html", ".html", _html),
+)}
+STANDARD = tuple(name for name, f in FORMATS.items() if f.standard)
+EXPORTS = tuple(name for name, f in FORMATS.items() if not f.standard)
+
+
+def write_formats(rendering: Rendering, base: str, names: tuple[str, ...]) -> list[str]:
+    """Write each format of ``names`` to ``base + suffix``; returns the paths."""
+    paths = []
+    for name in names:
+        fmt = FORMATS[name]
+        path = base + fmt.suffix
+        fmt.write(rendering, path)
+        paths.append(path)
+    return paths
