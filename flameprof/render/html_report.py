@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..analyze.phases import LEAF_PHASES
+from .asset_files import asset
 from .report import phase_lines, report_data, steps_line
 from .svg import render_svg
 
@@ -24,22 +25,6 @@ PHASE_COLORS = {"data.wait": "#d9534f", "data.fetch": "#f0ad4e", "forward": "#5b
                 "optimizer": "#4caf50", "sync": "#ff7043", "other": "#b0b0a8"}
 MAX_STEPS = 300          # bars in the per-step chart
 TOP = 10
-
-_CSS = """
-body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1240px;color:#222;
-padding:0 12px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-.meta{color:#555;margin:2px 0}
-.verdict{padding:10px 14px;border-radius:6px;border-left:6px solid #999;background:#f4f4f0}
-.verdict.highly{border-color:#d9534f;background:#fbeaea}.verdict.moderately{border-color:#f0ad4e;background:#fdf5e6}
-.verdict.not{border-color:#4caf50;background:#edf7ee}
-.verdict p{margin:4px 0;font-weight:600}.verdict ul{margin:6px 0 2px 18px;padding:0}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
-th{background:#f4f4f0}td.name,th.name{text-align:left;font-family:Menlo,Consolas,monospace;max-width:760px;
-overflow-wrap:anywhere}
-.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
-.note{color:#666;font-size:13px}svg.chart text{font-size:11px;fill:#444}
-"""
 
 
 def _e(text: object) -> str:
@@ -125,7 +110,7 @@ def render_html(profile: "Profile", analysis: "Analysis", options: "OutputOption
     advice = "".join(f"<li>{_e(a)}</li>" for a in verdict["advice"])
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<title>flameprof report: {_e(title)}</title><style>{_CSS}</style></head><body>\n",
+        f"<title>flameprof report: {_e(title)}</title><style>{asset('report.css')}</style></head><body>\n",
         f'<h1>flameprof report: {_e(title)}</h1>',
         f'<p class="meta" id="fp-summary">{data["duration"]:.2f} s, {data["samples"]} samples, '
         f'{data["threads"]} thread(s), loop thread {_e(data["loop_thread"] or "-")}, {mode_text(options.mode)}</p>',

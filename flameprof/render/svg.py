@@ -20,6 +20,7 @@ import numpy as np
 from ..analyze.tree import CallTree, build_tree
 from ..model.frames import CATEGORIES, category
 from ..model.profile import Profile
+from .asset_files import asset
 
 WIDTH = 1200                  # pixels, as flamegraph.pl
 XPAD = 10
@@ -103,7 +104,7 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
     else:
         painted = paint(tree)
         node_class = [painted.classes[i] for i in shown.tolist()]
-        css, entries = _BASE_CSS + painted.css, painted.legend
+        css, entries = asset("flamegraph.css") + painted.css, painted.legend
         notes = [f' d="{escape(painted.notes[i])}"' for i in shown.tolist()]
     label_list = [tree.label(i) for i in shown.tolist()]
     names = [escape(t) for t in label_list]
@@ -135,7 +136,7 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
         f'<text id="matched" x="{WIDTH - XPAD}" y="{TOP + frames_h + 22}" text-anchor="end"> </text>\n',
         '<g id="tip" visibility="hidden"><rect rx="3" ry="3"/><text><tspan id="t1" x="0" dy="0"/>'
         '<tspan id="t2" x="0" dy="15"/><tspan id="t3" x="0" dy="15"/></text></g>\n',
-        "<script><![CDATA[\n", config, _SCRIPT, "]]></script>\n",
+        "<script><![CDATA[\n", config, asset("flamegraph.js"), "]]></script>\n",
         "</svg>\n",
     ]
     return "".join(parts)
@@ -175,16 +176,8 @@ def _classes(tree: CallTree, frame_ids: set[int]) -> tuple[dict[int, str], list[
     return classes, [k for k in CATEGORIES if k in present]
 
 
-_BASE_CSS = "".join([
-    "text{font-family:Verdana,sans-serif;font-size:12px;fill:#000}#title{font-size:17px}#sub{fill:#666}",
-    ".btn{cursor:pointer;fill:#36c}#l,#tip{pointer-events:none}",
-    "#f rect{stroke:#fff;stroke-width:.5px;vector-effect:non-scaling-stroke;cursor:pointer}",
-    "#f rect:hover{stroke:#000;stroke-width:1px}#f .an{opacity:.55}#f .hl{fill:#e03ce0}",
-    "#tip rect{fill:#fffff0;stroke:#888}.r{fill:#c8c8c8}"])
-
-
 def _css(used: list[str]) -> str:
-    rules = [_BASE_CSS]
+    rules = [asset("flamegraph.css")]
     for kind in used:
         letter, hue, sat, light = _KINDS[kind]
         for shade in range(SHADES):
@@ -216,156 +209,3 @@ def _labels(xs: list[int], ws: list[int], ys: list[int], names: list[str]) -> li
         text = name if len(name) <= fit else name[:fit - 2] + ".."
         out.append(f'<text x="{XPAD + x * per_unit + 3:.1f}" y="{TOP + y + 11.5}">{escape(text)}</text>')
     return out
-
-
-# The script: zoom by viewBox, labels, tooltip, search. Reads only numbers from the config line above it.
-_SCRIPT = r"""
-(function () {
-  var NS = "http://www.w3.org/2000/svg", doc = document;
-  var F = doc.getElementById("f"), L = doc.getElementById("l"), tip = doc.getElementById("tip");
-  var resetBtn = doc.getElementById("reset"), searchBtn = doc.getElementById("search");
-  var matched = doc.getElementById("matched"), root = F.ownerSVGElement;  // also when inlined in HTML
-  var KINDS = {u: "your code", l: "library", t: "PyTorch", s: "standard library", n: "native", c: "scope",
-               y: "layer", p: "process/thread", m: "marker", r: "all samples"};
-  var R = F.getElementsByTagName("rect"), n = R.length;
-  var X = new Float64Array(n), W = new Float64Array(n), Y = new Float64Array(n), D = new Int32Array(n), N = [];
-  for (var i = 0; i < n; i++) {
-    var r = R[i];
-    r.idx = i;
-    X[i] = +r.getAttribute("x"); W[i] = +r.getAttribute("width"); Y[i] = +r.getAttribute("y");
-    D[i] = ICICLE ? Y[i] / DH : (FH - DH - Y[i]) / DH;
-    N.push(r.getAttribute("n"));
-  }
-  var X0 = 0, XW = UNITS, term = "";
-
-  function labels() {
-    var frag = doc.createDocumentFragment(), k = FW / XW;
-    for (var i = 0; i < n; i++) {
-      var lo = Math.max(X[i], X0), hi = Math.min(X[i] + W[i], X0 + XW), px = (hi - lo) * k;
-      if (px < 3 * CW + 6) continue;
-      var fit = Math.floor((px - 6) / CW), name = N[i];
-      if (name.length > fit) name = name.slice(0, fit - 2) + "..";
-      var t = doc.createElementNS(NS, "text");
-      t.setAttribute("x", (FX + (lo - X0) * k + 3).toFixed(1));
-      t.setAttribute("y", FY + Y[i] + 11.5);
-      t.textContent = name;
-      frag.appendChild(t);
-    }
-    while (L.firstChild) L.removeChild(L.firstChild);
-    L.appendChild(frag);
-  }
-
-  function zoom(i) {
-    X0 = X[i]; XW = W[i];
-    F.setAttribute("viewBox", X0 + " 0 " + XW + " " + FH);
-    for (var j = 0; j < n; j++) {
-      var above = D[j] < D[i] && X[j] <= X0 && X[j] + W[j] >= X0 + XW;
-      if (above) R[j].classList.add("an"); else R[j].classList.remove("an");
-    }
-    resetBtn.style.display = "";
-    labels();
-  }
-
-  function reset() {
-    X0 = 0; XW = UNITS;
-    F.setAttribute("viewBox", "0 0 " + UNITS + " " + FH);
-    for (var j = 0; j < n; j++) R[j].classList.remove("an");
-    resetBtn.style.display = "none";
-    labels();
-  }
-
-  function clearSearch() {
-    for (var j = 0; j < n; j++) R[j].classList.remove("hl");
-    term = "";
-    matched.textContent = " ";
-    searchBtn.textContent = "Search (Ctrl-F)";
-  }
-
-  function search(text) {
-    var re;
-    try { re = new RegExp(text); } catch (e) { matched.textContent = "Invalid regular expression"; return -1; }
-    var hits = [];
-    for (var j = 0; j < n; j++) {
-      var hit = D[j] > 0 && re.test(N[j]);
-      if (hit) { R[j].classList.add("hl"); hits.push(j); } else R[j].classList.remove("hl");
-    }
-    // A match inside a matched frame is already counted: sum only the outermost matches.
-    hits.sort(function (a, b) { return X[a] - X[b] || W[b] - W[a]; });
-    var sum = 0, end = -1;
-    for (var h = 0; h < hits.length; h++) {
-      var j2 = hits[h];
-      if (X[j2] >= end) { sum += W[j2]; end = X[j2] + W[j2]; }
-    }
-    var pct = 100 * sum / UNITS;
-    term = text;
-    matched.textContent = "Matched: " + (pct === 100 ? "100" : pct.toFixed(1)) + "%";
-    searchBtn.textContent = "Reset search";
-    return pct;
-  }
-
-  function askSearch() {
-    var text = prompt("Search frames (regular expression)", term);
-    if (text === null) return;
-    if (text === "") clearSearch(); else search(text);
-  }
-
-  function seconds(v) {
-    if (v >= 100) return v.toFixed(0) + " s";
-    if (v >= 1) return v.toPrecision(3) + " s";
-    if (v >= 1e-3) return (v * 1e3).toPrecision(3) + " ms";
-    return (v * 1e6).toPrecision(3) + " \u00b5s";
-  }
-
-  function count(v) {
-    return Number.isInteger(v) ? v.toLocaleString("en-US") : v.toPrecision(4);
-  }
-
-  function describe(i) {
-    var share = W[i] / UNITS, pct = (100 * share).toFixed(2) + "%", s = +R[i].getAttribute("s");
-    var value = COUNT ? count(s) + " samples (" + pct + ")"
-                      : seconds(share * TOTAL) + " (" + pct + "), " + count(s) + " samples";
-    var kind = R[i].getAttribute("class").charAt(0);
-    return [N[i], value, R[i].getAttribute("d") || KINDS[kind] || ""];
-  }
-
-  function showTip(i, evt) {
-    var lines = describe(i);
-    doc.getElementById("t1").textContent = lines[0].length > 120 ? lines[0].slice(0, 118) + ".." : lines[0];
-    doc.getElementById("t2").textContent = lines[1];
-    doc.getElementById("t3").textContent = lines[2];
-    var p = root.createSVGPoint();
-    p.x = evt.clientX; p.y = evt.clientY;
-    p = p.matrixTransform(root.getScreenCTM().inverse());
-    var text = tip.lastChild, box = text.getBBox(), w = box.width + 12, h = box.height + 8;
-    var x = p.x + 14 + w > WIDTH ? p.x - w - 8 : p.x + 14, y = p.y + 18 + h > HEIGHT ? p.y - h - 8 : p.y + 18;
-    var rect = tip.firstChild;
-    rect.setAttribute("width", w); rect.setAttribute("height", h);
-    rect.setAttribute("x", -6); rect.setAttribute("y", box.y - 4);
-    tip.setAttribute("transform", "translate(" + Math.max(0, x + 6) + "," + Math.max(12, y - box.y) + ")");
-    tip.setAttribute("visibility", "visible");
-  }
-
-  F.addEventListener("mousemove", function (e) {
-    if (e.target.idx !== undefined) showTip(e.target.idx, e);
-  });
-  F.addEventListener("mouseleave", function () { tip.setAttribute("visibility", "hidden"); });
-  F.addEventListener("click", function (e) {
-    var i = e.target.idx;
-    if (i === undefined) return;
-    if (D[i] === 0) reset(); else zoom(i);
-  });
-  resetBtn.addEventListener("click", reset);
-  searchBtn.addEventListener("click", function () { if (term) clearSearch(); else askSearch(); });
-  doc.addEventListener("keydown", function (e) {
-    if (((e.ctrlKey || e.metaKey) && (e.key === "f" || e.key === "F")) || e.key === "F3") {
-      e.preventDefault();
-      askSearch();
-    } else if (e.key === "Escape") {
-      reset();
-      clearSearch();
-    }
-  });
-  window.flamegraph = {zoom: zoom, reset: reset, search: search, clearSearch: clearSearch, describe: describe,
-                       frames: R};
-})();
-"""
