@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..model.profile import Frame, Profile, iter_stacks
+from .phases import Classifier, profile_rules
 
 VIEWS = ("code", "layers", "phases")
 _ROOT_KINDS = ("process", "thread")
@@ -52,8 +53,6 @@ def phase_frames(phase: str) -> list[Frame]:
 
 
 def _under_phase(profile: Profile):
-    from .phases import Classifier, profile_rules
-
     classifier = Classifier(profile_rules(profile))
 
     def under_phase(stack: list[Frame]) -> list[Frame]:  # process/thread roots stay above the phase

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from ...errors import FlameprofError
@@ -80,8 +81,6 @@ def from_speedscope(data: bytes, target: TargetProcess, rate: float, start_time:
 
     Without ``--subprocesses`` py-spy names no process, so those threads are the target's.
     """
-    from dataclasses import replace
-
     profile = read_speedscope(data, "py-spy output", strict=False)
     profile.threads = [t if t.pid else replace(t, pid=target.pid) for t in profile.threads]
     host = socket.gethostname()

@@ -15,6 +15,8 @@ from ...model.profile import Profile
 from ...model import storage
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
+from .perf_script import read_perf_script
+from .pyspy import read_pyspy_raw, read_speedscope
 
 CHUNK = 8 << 20     # folded text is read this much at a time: a file of gigabytes is never held whole
 
@@ -48,15 +50,12 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
     if fmt == "flameprof":
         return storage.loads(data, source)
     if fmt == "perf":
-        from .perf_script import read_perf_script
         profile = read_perf_script([data], source, strict)
     elif fmt == "speedscope":
-        from .pyspy import read_speedscope
         profile = read_speedscope(data, source, strict)
     else:
         _check_text(data, source)
         if fmt == "pyspy":
-            from .pyspy import read_pyspy_raw
             # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
             text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
             profile = read_pyspy_raw(text, source, strict)
