@@ -95,15 +95,3 @@ def run_metadata() -> dict:
         "python": sys.version.split()[0],
         "platform": sys.platform,
     }
-
-
-def run_metadata() -> dict:
-    """What a profile records about the process it was taken in."""
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "cwd": os.getcwd(),
-        "argv": list(sys.argv),
-        "python": sys.version.split()[0],
-        "platform": sys.platform,
-    }
