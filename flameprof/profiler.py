@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .collect.engine.session import SESSION, run_metadata
 
@@ -22,8 +23,14 @@ class Profiler:
     ``with Profiler(output="out/"):`` saves on exit; ``@Profiler(output=...)`` profiles each call.
     """
 
-    def __init__(self, output: str | os.PathLike | None = None, rate: float = 100.0, mode: str = "wall",
-                 backward_layers: bool = False, **render_options: Any) -> None:
+    def __init__(
+        self,
+        output: str | os.PathLike | None = None,
+        rate: float = 100.0,
+        mode: str = "wall",
+        backward_layers: bool = False,
+        **render_options: Any,
+    ) -> None:
         if not 0 < rate <= 10_000:
             raise ValueError("rate must be in (0, 10000] Hz")
         self.output = output
@@ -31,7 +38,7 @@ class Profiler:
         self.mode = mode
         self.render_options = render_options
         self.backward_layers = backward_layers  # see collect/engine/torch_hooks.py
-        self.profile: "Profile | None" = None
+        self.profile: Profile | None = None
         self._first: int | None = None
         self._t_start = 0.0
 
@@ -39,7 +46,7 @@ class Profiler:
     def running(self) -> bool:
         return self._first is not None
 
-    def start(self) -> "Profiler":
+    def start(self) -> Profiler:
         if self.running:
             raise RuntimeError("this Profiler is already running")
         SESSION.acquire(self.rate, self.backward_layers)
@@ -48,7 +55,7 @@ class Profiler:
         self._t_start = SESSION.now()
         return self
 
-    def stop(self) -> "Profile":
+    def stop(self) -> Profile:
         """Stop sampling (the shared sampler stops with its last user) and return this window's profile."""
         if self._first is None:
             raise RuntimeError("this Profiler is not running")
@@ -77,7 +84,7 @@ class Profiler:
         options = OutputOptions(mode=self.mode, **self.render_options)
         return write_outputs(Rendering(self.profile, options), os.fspath(target))
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -98,7 +105,12 @@ class Profiler:
         return wrapper
 
 
-def profile(output: str | os.PathLike | None = "flameprof-out", rate: float = 100.0, mode: str = "wall",
-            backward_layers: bool = False, **render_options: Any) -> Profiler:
+def profile(
+    output: str | os.PathLike | None = "flameprof-out",
+    rate: float = 100.0,
+    mode: str = "wall",
+    backward_layers: bool = False,
+    **render_options: Any,
+) -> Profiler:
     """``with flameprof.profile(output="out/"):`` profiles the block and writes the outputs."""
     return Profiler(output, rate, mode, backward_layers, **render_options)

@@ -15,7 +15,6 @@ import argparse
 import sys
 import time
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -55,7 +54,9 @@ def mlp(width: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 10))
 
 
-def train(model: nn.Module, loader: DataLoader, seconds: float, rate: float) -> tuple[dict[str, float], dict[str, float]]:
+def train(
+    model: nn.Module, loader: DataLoader, seconds: float, rate: float
+) -> tuple[dict[str, float], dict[str, float]]:
     """Train for ``seconds`` under the profiler; (truth shares, measured shares) in percent."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     truth = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
@@ -91,12 +92,16 @@ def train(model: nn.Module, loader: DataLoader, seconds: float, rate: float) -> 
     measured_total = float(measured_s.sum())
     measured = {
         "data": by_leaf["data.wait"] + by_leaf["data.fetch"],
-        "forward": by_leaf["forward"], "backward": by_leaf["backward"], "optimizer": by_leaf["optimizer"],
+        "forward": by_leaf["forward"],
+        "backward": by_leaf["backward"],
+        "optimizer": by_leaf["optimizer"],
     }
     measured["other"] = measured_total - sum(measured.values())
     truth["other"] = total - sum(truth.values())
-    return ({k: 100 * v / total for k, v in truth.items()},
-            {k: 100 * v / measured_total for k, v in measured.items()})
+    return (
+        {k: 100 * v / total for k, v in truth.items()},
+        {k: 100 * v / measured_total for k, v in measured.items()},
+    )
 
 
 class Block(nn.Module):
@@ -105,7 +110,7 @@ class Block(nn.Module):
     def __init__(self, repeats: int, width: int = 384) -> None:
         super().__init__()
         self.repeats = repeats
-        self.weight = nn.Parameter(torch.randn(width, width) / width ** 0.5)
+        self.weight = nn.Parameter(torch.randn(width, width) / width**0.5)
         self.spent = 0.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,8 +136,10 @@ def layers(seconds: float, rate: float) -> tuple[dict[str, float], dict[str, flo
     selfs = {row.name: row.self_s for row in analysis.layers}
     measured = [selfs.get(n, 0.0) for n in names]
     truth = [block.spent for block in model]
-    return ({n: 100 * t / sum(truth) for n, t in zip(names, truth)},
-            {n: 100 * m / (sum(measured) or 1.0) for n, m in zip(names, measured)})
+    return (
+        {n: 100 * t / sum(truth) for n, t in zip(names, truth)},
+        {n: 100 * m / (sum(measured) or 1.0) for n, m in zip(names, measured)},
+    )
 
 
 def report(title: str, truth: dict[str, float], measured: dict[str, float], target: float) -> bool:
@@ -142,7 +149,9 @@ def report(title: str, truth: dict[str, float], measured: dict[str, float], targ
     for name in truth:
         err = measured[name] - truth[name]
         ok &= abs(err) <= target
-        print(f"  {name:<24} {truth[name]:7.1f}% {measured[name]:8.1f}% {err:+6.1f}  {'ok' if abs(err) <= target else 'FAIL'}")
+        print(
+            f"  {name:<24} {truth[name]:7.1f}% {measured[name]:8.1f}% {err:+6.1f}  {'ok' if abs(err) <= target else 'FAIL'}"
+        )
     return ok
 
 
@@ -155,20 +164,40 @@ def main() -> int:
     torch.set_num_threads(1)
     results = []
     loader = DataLoader(Synthetic(work=6000), batch_size=16, num_workers=0)
-    results.append(report(f"input-bound (slow Dataset, num_workers=0), {args.seconds:g} s at {args.rate:g} Hz",
-                          *train(mlp(256, 2), loader, args.seconds, args.rate), PHASE_TARGET))
+    results.append(
+        report(
+            f"input-bound (slow Dataset, num_workers=0), {args.seconds:g} s at {args.rate:g} Hz",
+            *train(mlp(256, 2), loader, args.seconds, args.rate),
+            PHASE_TARGET,
+        )
+    )
     loader = DataLoader(Synthetic(work=0), batch_size=64, num_workers=0)
-    results.append(report(f"compute-bound (wide MLP), {args.seconds:g} s at {args.rate:g} Hz",
-                          *train(mlp(1024, 4), loader, args.seconds, args.rate), PHASE_TARGET))
-    results.append(report(f"layers (blocks costing 1:2:4), {args.seconds:g} s at {args.rate:g} Hz",
-                          *layers(args.seconds, args.rate), LAYER_TARGET))
+    results.append(
+        report(
+            f"compute-bound (wide MLP), {args.seconds:g} s at {args.rate:g} Hz",
+            *train(mlp(1024, 4), loader, args.seconds, args.rate),
+            PHASE_TARGET,
+        )
+    )
+    results.append(
+        report(
+            f"layers (blocks costing 1:2:4), {args.seconds:g} s at {args.rate:g} Hz",
+            *layers(args.seconds, args.rate),
+            LAYER_TARGET,
+        )
+    )
     # Not a target: short GIL-holding compute bursts between waits for a worker are under-sampled
     # (the sampler gets the GIL only after the switch interval or when the loop blocks).
     loader = DataLoader(Synthetic(work=6000), batch_size=16, num_workers=1, persistent_workers=True)
-    report(f"extra, not a target: input-bound with 1 worker (data.wait), {args.seconds:g} s at {args.rate:g} Hz",
-           *train(mlp(256, 2), loader, args.seconds, args.rate), PHASE_TARGET)
-    print(f"\ntargets: phases within {PHASE_TARGET:g} points, layers within {LAYER_TARGET:g} points: "
-          f"{'all met' if all(results) else 'NOT MET'}")
+    report(
+        f"extra, not a target: input-bound with 1 worker (data.wait), {args.seconds:g} s at {args.rate:g} Hz",
+        *train(mlp(256, 2), loader, args.seconds, args.rate),
+        PHASE_TARGET,
+    )
+    print(
+        f"\ntargets: phases within {PHASE_TARGET:g} points, layers within {LAYER_TARGET:g} points: "
+        f"{'all met' if all(results) else 'NOT MET'}"
+    )
     return 0 if all(results) else 1
 
 

@@ -63,8 +63,10 @@ def main() -> None:
         t0 = time.perf_counter()
         data = report_data(profile)
         times.append(time.perf_counter() - t0)
-    print(f"report_data: {args.samples} samples, {len(profile.stack_parent)} stacks, {data['steps']['count']} steps: "
-          f"median {statistics.median(times):.3f} s over {args.repeat} runs")
+    print(
+        f"report_data: {args.samples} samples, {len(profile.stack_parent)} stacks, {data['steps']['count']} steps: "
+        f"median {statistics.median(times):.3f} s over {args.repeat} runs"
+    )
 
 
 if __name__ == "__main__":

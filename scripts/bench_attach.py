@@ -38,8 +38,25 @@ def longest_gap(backend: str | None, out: str) -> float:
     time.sleep(0.5)
     if backend:
         env = dict(os.environ, PYTHONPATH=REPO)
-        subprocess.run([sys.executable, "-m", "flameprof", "attach", str(target.pid), "--backend", backend,
-                        "--duration", "1", "-q", "-o", out], env=env, capture_output=True, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flameprof",
+                "attach",
+                str(target.pid),
+                "--backend",
+                backend,
+                "--duration",
+                "1",
+                "-q",
+                "-o",
+                out,
+            ],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
     return float(target.communicate()[0])
 
 
@@ -53,10 +70,15 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, backend in configs.items():
             gaps[name].append(longest_gap(backend, args.output))
-    print(f"longest stall of the target, median of {args.rounds} interleaved rounds (load {os.getloadavg()[0]:.1f}):")
+    print(
+        f"longest stall of the target, median of {args.rounds} interleaved rounds (load {os.getloadavg()[0]:.1f}):"
+    )
     for name, values in gaps.items():
-        print(f"  {name:10s} {1000 * statistics.median(values):7.0f} ms   (all: "
-              + " ".join(f"{1000 * v:.0f}" for v in values) + ")")
+        print(
+            f"  {name:10s} {1000 * statistics.median(values):7.0f} ms   (all: "
+            + " ".join(f"{1000 * v:.0f}" for v in values)
+            + ")"
+        )
 
 
 if __name__ == "__main__":

@@ -30,21 +30,33 @@ def main() -> int:
 
     kinds = args.blocks.split(",") if args.blocks else list(BLOCKS)
     worst = 0.0
-    print(f"{args.sampler} sampler, {args.seconds:g} s a case, block 2 ms, {args.others} other thread(s); "
-          "work share: loop's timers / profile / difference (points)")
+    print(
+        f"{args.sampler} sampler, {args.seconds:g} s a case, block 2 ms, {args.others} other thread(s); "
+        "work share: loop's timers / profile / difference (points)"
+    )
     for rate in (float(r) for r in args.rates.split(",")):
         for where in ("main", "thread"):
             for kind in kinds:
                 cells = []
                 for burst in (float(b) for b in args.bursts.split(",")):
-                    truth, sampled = compare(kind, rate=rate, seconds=args.seconds, burst_ms=burst,
-                                             in_thread=where == "thread", others=args.others)
+                    truth, sampled = compare(
+                        kind,
+                        rate=rate,
+                        seconds=args.seconds,
+                        burst_ms=burst,
+                        in_thread=where == "thread",
+                        others=args.others,
+                    )
                     diff = max(abs(100 * (sampled[p] - truth[p])) for p in ("burst", "block"))
                     worst = max(worst, diff)
-                    cells.append(f"{burst:g} ms {100 * truth['burst']:4.1f}/{100 * sampled['burst']:4.1f}/"
-                                 f"{100 * (sampled['burst'] - truth['burst']):+4.1f}")
+                    cells.append(
+                        f"{burst:g} ms {100 * truth['burst']:4.1f}/{100 * sampled['burst']:4.1f}/"
+                        f"{100 * (sampled['burst'] - truth['burst']):+4.1f}"
+                    )
                 print(f"{rate:5.0f} Hz {where:6s} {kind:9s} " + "  ".join(cells), flush=True)
-    print(f"largest difference {worst:.1f} points: target <= {TARGET:g}: {'ok' if worst <= TARGET else 'MISSED'}")
+    print(
+        f"largest difference {worst:.1f} points: target <= {TARGET:g}: {'ok' if worst <= TARGET else 'MISSED'}"
+    )
     return 0
 
 

@@ -28,11 +28,27 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-DSOS = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so",
-        "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0", "/opt/venv/lib/python3.12/site-packages/numpy/core/_mu.so",
-        "[unknown]", "/tmp/perf-4242.map"]
-KERNEL = ["entry_SYSCALL_64_after_hwframe", "do_syscall_64", "__x64_sys_futex", "do_futex", "futex_wait",
-          "schedule", "__schedule", "asm_exc_page_fault", "exc_page_fault", "handle_mm_fault", "clear_page_erms"]
+DSOS = [
+    "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so",
+    "/usr/lib/x86_64-linux-gnu/libpython3.12.so.1.0",
+    "/opt/venv/lib/python3.12/site-packages/numpy/core/_mu.so",
+    "[unknown]",
+    "/tmp/perf-4242.map",
+]
+KERNEL = [
+    "entry_SYSCALL_64_after_hwframe",
+    "do_syscall_64",
+    "__x64_sys_futex",
+    "do_futex",
+    "futex_wait",
+    "schedule",
+    "__schedule",
+    "asm_exc_page_fault",
+    "exc_page_fault",
+    "handle_mm_fault",
+    "clear_page_erms",
+]
 
 
 def _symbols(rng: random.Random, n: int) -> list[tuple[str, str]]:
@@ -64,7 +80,7 @@ def generate(path: str, size_mb: float, seed: int = 1) -> int:
     """Write about ``size_mb`` MB of perf script text; returns the number of samples."""
     rng = random.Random(seed)
     symbols = _symbols(rng, 3000)
-    bases = [rng.randrange(0x1000, 0x7fffffff) << 12 for _ in symbols]
+    bases = [rng.randrange(0x1000, 0x7FFFFFFF) << 12 for _ in symbols]
     hot = [[rng.randrange(1, 0x400) for _ in range(rng.randint(1, 24))] for _ in symbols]
     # Call paths drawn from one call tree, as in a real program: callers near the root are shared
     # by most paths (same return address, same line), variety grows towards the leaves.
@@ -83,11 +99,13 @@ def generate(path: str, size_mb: float, seed: int = 1) -> int:
             lines.append(_line(*symbols[sym], bases[sym], off))
         leaf_sym = node[-1][0]
         lines.pop()
-        if rng.random() < 0.1:   # perf prints inlined callers as their own "(inlined)" lines
+        if rng.random() < 0.1:  # perf prints inlined callers as their own "(inlined)" lines
             lines.append(_line(f"inlined_helper_{len(paths)}", "inlined", 0x1000, rng.randrange(1, 0x40)))
         paths.append((leaf_sym, "\n".join(reversed(lines))))
-    kernel_tail = "\n".join(f"\t{0xffffffff81000000 + i * 0x1234:16x} {k}+0x{i * 7 + 3:x} ([kernel.kallsyms])"
-                            for i, k in enumerate(reversed(KERNEL)))
+    kernel_tail = "\n".join(
+        f"\t{0xFFFFFFFF81000000 + i * 0x1234:16x} {k}+0x{i * 7 + 3:x} ([kernel.kallsyms])"
+        for i, k in enumerate(reversed(KERNEL))
+    )
     weights = [1.0 / (i + 1) ** 0.8 for i in range(len(paths))]
     comms = [("python3", 4242, 4242), ("python3", 4242, 4250), ("pt_data_worker", 4301, 4301)]
     target = int(size_mb * 1e6)
@@ -124,16 +142,23 @@ def _timed(cmd: list[str], out_path: str) -> tuple[float, float]:
 def _report(name: str, runs: list[tuple[float, float]], size_mb: float) -> tuple[float, float]:
     wall = statistics.median(r[0] for r in runs)
     cpu = statistics.median(r[1] for r in runs)
-    print(f"{name:<24} median wall {wall:6.2f} s ({size_mb / wall:6.1f} MB/s), "
-          f"CPU {cpu:6.2f} s ({size_mb / cpu:6.1f} MB/s) over {len(runs)} runs")
+    print(
+        f"{name:<24} median wall {wall:6.2f} s ({size_mb / wall:6.1f} MB/s), "
+        f"CPU {cpu:6.2f} s ({size_mb / cpu:6.1f} MB/s) over {len(runs)} runs"
+    )
     return wall, cpu
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--perl-script", default=os.environ.get("FLAMEPROF_STACKCOLLAPSE_PL"),
-                        help="path of stackcollapse-perf.pl (or env FLAMEPROF_STACKCOLLAPSE_PL)")
-    parser.add_argument("--size-mb", type=float, default=200.0, help="size of the generated input (default 200)")
+    parser.add_argument(
+        "--perl-script",
+        default=os.environ.get("FLAMEPROF_STACKCOLLAPSE_PL"),
+        help="path of stackcollapse-perf.pl (or env FLAMEPROF_STACKCOLLAPSE_PL)",
+    )
+    parser.add_argument(
+        "--size-mb", type=float, default=200.0, help="size of the generated input (default 200)"
+    )
     parser.add_argument("--runs", type=int, default=3, help="interleaved runs of each tool (default 3)")
     parser.add_argument("--input", help="use this perf script text instead of generating one")
     args = parser.parse_args()
@@ -153,8 +178,10 @@ def main() -> int:
             print(f"stackcollapse-perf.pl not found at {args.perl_script}; timing flameprof only")
             perl_cmd = None
         if perl_cmd is None:
-            print("no stackcollapse-perf.pl given (--perl-script or FLAMEPROF_STACKCOLLAPSE_PL): "
-                  "timing flameprof only, no ratio")
+            print(
+                "no stackcollapse-perf.pl given (--perl-script or FLAMEPROF_STACKCOLLAPSE_PL): "
+                "timing flameprof only, no ratio"
+            )
         ours_runs, perl_runs = [], []
         ours_out, perl_out = os.path.join(tmp, "ours.folded"), os.path.join(tmp, "perl.folded")
         for _ in range(args.runs):
@@ -166,8 +193,10 @@ def main() -> int:
             perl = _report("stackcollapse-perf.pl", perl_runs, size_mb)
             with open(ours_out, "rb") as a, open(perl_out, "rb") as b:
                 identical = a.read() == b.read()
-            print(f"throughput ratio flameprof / perl: wall {perl[0] / ours[0]:.2f}x, CPU {perl[1] / ours[1]:.2f}x "
-                  f"(target >= 3x)")
+            print(
+                f"throughput ratio flameprof / perl: wall {perl[0] / ours[0]:.2f}x, CPU {perl[1] / ours[1]:.2f}x "
+                f"(target >= 3x)"
+            )
             print(f"outputs identical: {identical}")
             return 0 if identical else 1
     return 0

@@ -91,12 +91,16 @@ if __name__ == "__main__":
 
 def measure_together(commands: list[list[str]], env: dict) -> list[tuple[float, float]]:
     """(samples per second, CPU milliseconds per sample) of runs of the workload started at once."""
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for c in commands]
+    procs = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for c in commands
+    ]
     out = []
     for command, proc in zip(commands, procs):
         stdout, stderr = proc.communicate(timeout=900)
-        values = dict(line.split() for line in stdout.splitlines() if line.startswith(("THROUGHPUT ", "CPU_MS")))
+        values = dict(
+            line.split() for line in stdout.splitlines() if line.startswith(("THROUGHPUT ", "CPU_MS"))
+        )
         if len(values) != 2:
             raise SystemExit(f"no measurement from {' '.join(command)}:\n{stdout}\n{stderr}")
         out.append((float(values["THROUGHPUT"]), float(values["CPU_MS_PER_SAMPLE"])))
@@ -113,7 +117,9 @@ def profiler_share(path: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=80, help="timed batches of 32 per run")
     parser.add_argument("--rate", type=float, default=100.0)
@@ -126,44 +132,85 @@ def main() -> None:
         target = [workload, str(args.batches)]
         configs = {
             "plain": [sys.executable, *target],
-            "flameprof": [sys.executable, "-m", "flameprof", "run", "-q", "--rate", f"{args.rate:g}",
-                          "-o", os.path.join(tmp, "flameprof-out"), *target],
+            "flameprof": [
+                sys.executable,
+                "-m",
+                "flameprof",
+                "run",
+                "-q",
+                "--rate",
+                f"{args.rate:g}",
+                "-o",
+                os.path.join(tmp, "flameprof-out"),
+                *target,
+            ],
         }
-        configs["flameprof, main only"] = configs["flameprof"][:4] + ["--no-subprocesses"] + configs["flameprof"][4:]
+        configs["flameprof, main only"] = (
+            configs["flameprof"][:4] + ["--no-subprocesses"] + configs["flameprof"][4:]
+        )
         pyspy = shutil.which("py-spy")
         if pyspy:
-            configs["py-spy"] = [pyspy, "record", "--subprocesses", "-r", f"{args.rate:g}",
-                                 "-o", os.path.join(tmp, "pyspy.txt"), "-f", "raw", "--", sys.executable, *target]
+            configs["py-spy"] = [
+                pyspy,
+                "record",
+                "--subprocesses",
+                "-r",
+                f"{args.rate:g}",
+                "-o",
+                os.path.join(tmp, "pyspy.txt"),
+                "-f",
+                "raw",
+                "--",
+                sys.executable,
+                *target,
+            ]
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
         own: list[float] = []
         paired: dict[str, list[float]] = {name: [] for name in configs if name != "plain"}
         names = list(configs)
         for round_ in range(args.rounds):
-            for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 results[name].append(measure_together([configs[name]], env)[0])
                 if name == "flameprof":
                     own.append(profiler_share(os.path.join(tmp, "flameprof-out", "profile.flameprof")))
             together = dict(zip(names, measure_together([configs[n] for n in names], env)))
             for name in paired:
                 paired[name].append(together[name][0] / together["plain"][0])
-            print(f"round {round_ + 1}: " + ", ".join(f"{n} {r[-1][0]:.1f}/s {r[-1][1]:.3f} ms"
-                                                      for n, r in results.items()), flush=True)
-        medians = {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
-                   for name, rs in results.items()}
+            print(
+                f"round {round_ + 1}: "
+                + ", ".join(f"{n} {r[-1][0]:.1f}/s {r[-1][1]:.3f} ms" for n, r in results.items()),
+                flush=True,
+            )
+        medians = {
+            name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+            for name, rs in results.items()
+        }
         plain_rate, plain_cpu = medians["plain"]
-        print(f"\nDataLoader with 4 workers (fork), {args.batches} timed batches of 32, {args.rate:g} Hz, "
-              f"median of {args.rounds} interleaved rounds")
-        print(f"{'configuration':<22} {'samples/s':>10} {'throughput cost':>16} {'CPU ms/sample':>14} {'CPU cost':>9}")
+        print(
+            f"\nDataLoader with 4 workers (fork), {args.batches} timed batches of 32, {args.rate:g} Hz, "
+            f"median of {args.rounds} interleaved rounds"
+        )
+        print(
+            f"{'configuration':<22} {'samples/s':>10} {'throughput cost':>16} {'CPU ms/sample':>14} {'CPU cost':>9}"
+        )
         for name, (rate, cpu) in medians.items():
-            print(f"{name:<22} {rate:10.1f} {100 * (1 - rate / plain_rate):15.1f}% {cpu:14.3f} "
-                  f"{100 * (cpu / plain_cpu - 1):8.1f}%")
-        print("run at the same time as the plain run, throughput relative to it (median): " + ", ".join(
-            f"{name} {100 * (statistics.median(r) - 1):+.1f}%" for name, r in paired.items()))
-        print(f"flameprof's own work (sampling and writing parts, main and 4 workers): "
-              f"{100 * statistics.median(own):.2f}% of the profiled processes' time (median)")
+            print(
+                f"{name:<22} {rate:10.1f} {100 * (1 - rate / plain_rate):15.1f}% {cpu:14.3f} "
+                f"{100 * (cpu / plain_cpu - 1):8.1f}%"
+            )
+        print(
+            "run at the same time as the plain run, throughput relative to it (median): "
+            + ", ".join(f"{name} {100 * (statistics.median(r) - 1):+.1f}%" for name, r in paired.items())
+        )
+        print(
+            f"flameprof's own work (sampling and writing parts, main and 4 workers): "
+            f"{100 * statistics.median(own):.2f}% of the profiled processes' time (median)"
+        )
         cost = 100 * (1 - statistics.median(paired["flameprof"]))
-        print(f"flameprof (whole tree) costs {cost:.1f}% of training throughput (side by side, median): "
-              f"{'meets' if cost <= 3 else 'misses'} the 3% target")
+        print(
+            f"flameprof (whole tree) costs {cost:.1f}% of training throughput (side by side, median): "
+            f"{'meets' if cost <= 3 else 'misses'} the 3% target"
+        )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def synthetic_profile(samples: int, seed: int = 7) -> Profile:
     depth = np.zeros(n_stacks, dtype=np.int32)
     roots = 8
     frame[:roots] = rng.integers(0, 3000, roots)
-    for i in range(roots, n_stacks):     # each path extends an earlier one by one frame, to depth 60
+    for i in range(roots, n_stacks):  # each path extends an earlier one by one frame, to depth 60
         p = int(rng.integers(max(0, i - 400), i))
         while depth[p] >= 59:
             p = int(parent[p])
@@ -78,7 +78,7 @@ def synthetic_profile(samples: int, seed: int = 7) -> Profile:
         ups = rng.geometric(0.4, per).tolist()
         picks = rng.random((per, 4)).tolist()
         node = int(rng.integers(roots, n_stacks))
-        column = stack[t * per:(t + 1) * per]
+        column = stack[t * per : (t + 1) * per]
         for i, moved in enumerate(change.tolist()):
             if moved:
                 for _ in range(ups[i]):
@@ -94,14 +94,24 @@ def synthetic_profile(samples: int, seed: int = 7) -> Profile:
     time = np.tile(np.arange(1, per + 1) * tick, threads)
     thread = np.repeat(np.arange(threads, dtype=np.int32), per)
     wall = np.full(samples, tick)
-    counter_times = np.arange(0, per * tick, 0.1)     # CPU % and RSS every 100 ms, as recorded
-    return Profile(frames=frames, stack_parent=parent, stack_frame=frame,
-                   threads=[ThreadInfo(1, 1 + t, f"thread-{t}") for t in range(threads)],
-                   processes=[ProcessInfo(1, "main")], sample_time=time, sample_thread=thread,
-                   sample_stack=stack, sample_wall=wall, sample_cpu=wall * 0.8,
-                   counters={"cpu_percent": (counter_times, np.full(len(counter_times), 95.0)),
-                             "rss_bytes": (counter_times, np.full(len(counter_times), 2.0 ** 30))},
-                   meta={"start_time": 1.7e9, "rate": 100.0, "pid": 1, "cwd": "/work"})
+    counter_times = np.arange(0, per * tick, 0.1)  # CPU % and RSS every 100 ms, as recorded
+    return Profile(
+        frames=frames,
+        stack_parent=parent,
+        stack_frame=frame,
+        threads=[ThreadInfo(1, 1 + t, f"thread-{t}") for t in range(threads)],
+        processes=[ProcessInfo(1, "main")],
+        sample_time=time,
+        sample_thread=thread,
+        sample_stack=stack,
+        sample_wall=wall,
+        sample_cpu=wall * 0.8,
+        counters={
+            "cpu_percent": (counter_times, np.full(len(counter_times), 95.0)),
+            "rss_bytes": (counter_times, np.full(len(counter_times), 2.0**30)),
+        },
+        meta={"start_time": 1.7e9, "rate": 100.0, "pid": 1, "cwd": "/work"},
+    )
 
 
 def main() -> int:
@@ -118,13 +128,20 @@ def main() -> int:
         print(f"profile: {args.samples} samples, {os.path.getsize(path) / 1e6:.1f} MB .flameprof")
         results: dict[str, list[dict]] = {f: [] for f in ["load-only"] + formats}
         for _ in range(args.repeat):
-            for fmt in ["load-only"] + formats:        # interleaved, so machine load hits every format alike
-                out = subprocess.run([sys.executable, "-c", _CHILD, path, os.path.join(tmp, "out"), fmt],
-                                     capture_output=True, text=True, env=env, check=True)
+            for fmt in ["load-only"] + formats:  # interleaved, so machine load hits every format alike
+                out = subprocess.run(
+                    [sys.executable, "-c", _CHILD, path, os.path.join(tmp, "out"), fmt],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=True,
+                )
                 results[fmt].append(json.loads(out.stdout))
         ok = True
-        print(f"{'format':<11} {'seconds':>8} {'peak MB':>8} {'file MB':>8}  target: < {TIME_LIMIT_S:g} s, "
-              f"< {MEMORY_LIMIT_MB:g} MB")
+        print(
+            f"{'format':<11} {'seconds':>8} {'peak MB':>8} {'file MB':>8}  target: < {TIME_LIMIT_S:g} s, "
+            f"< {MEMORY_LIMIT_MB:g} MB"
+        )
         base = statistics.median(r["peak_mb"] for r in results["load-only"])
         print(f"{'load-only':<11} {'':>8} {base:8.0f} {'':>8}  (reading the profile, for context)")
         for fmt in formats:

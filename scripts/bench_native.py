@@ -61,7 +61,9 @@ def _run(cmd: list[str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=60, help="workload length (rounds of compress and loop)")
+    parser.add_argument(
+        "--rounds", type=int, default=60, help="workload length (rounds of compress and loop)"
+    )
     parser.add_argument("--torch", action="store_true", help="add PyTorch matrix products to the workload")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="flameprof-bench-native-") as tmp:
@@ -69,20 +71,27 @@ def main() -> None:
         with open(script, "w") as fh:
             fh.write(WORKLOAD.format(torch=args.torch, rounds=args.rounds))
         flameprof = [sys.executable, "-m", "flameprof", "run", "-q", "-o", os.path.join(tmp, "out")]
-        variants = {"plain python": [sys.executable, script], "flameprof run": flameprof + [script],
-                    "flameprof run --native": flameprof + ["--native", script]}
+        variants = {
+            "plain python": [sys.executable, script],
+            "flameprof run": flameprof + [script],
+            "flameprof run --native": flameprof + ["--native", script],
+        }
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
         for _ in range(args.runs):
             for name, cmd in variants.items():
                 results[name].append(_run(cmd))
-    medians = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-               for name, runs in results.items()}
+    medians = {
+        name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        for name, runs in results.items()
+    }
     for name, (work, total) in medians.items():
         print(f"{name:24s} workload {work:6.2f} s   whole command {total:6.2f} s   (median of {args.runs})")
     base_work, base_total = medians["flameprof run"]
     work, total = medians["flameprof run --native"]
-    print(f"--native vs flameprof run: workload {work / base_work:.3f}x, whole command {total / base_total:.3f}x "
-          f"(+{total - base_total:.2f} s)")
+    print(
+        f"--native vs flameprof run: workload {work / base_work:.3f}x, whole command {total / base_total:.3f}x "
+        f"(+{total - base_total:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -124,9 +124,15 @@ def write_workload(tmp: str, workload: str, driver: str, steps: int, rounds: int
         return None
     path = os.path.join(tmp, f"{workload.replace('-', '_')}_{rounds}.py")
     with open(path, "w") as fh:
-        fh.write(source.replace("DRIVER", driver).replace("STEPS", str(steps)).replace("WARMUP", str(warmup))
-                 .replace("ROUNDS", str(rounds)))
+        fh.write(
+            source.replace("DRIVER", driver)
+            .replace("STEPS", str(steps))
+            .replace("WARMUP", str(warmup))
+            .replace("ROUNDS", str(rounds))
+        )
     return path
+
+
 TARGETS = {100: 1.0, 1000: 3.0}  # % slowdown allowed for flameprof's native sampler
 
 
@@ -139,11 +145,32 @@ def configurations(out: str) -> list[tuple[str, list[str], dict]]:
         configs.append((f"flameprof native {rate} Hz", fp + ["--rate", str(rate)], {"FLAMEPROF_NATIVE": "1"}))
         configs.append((f"flameprof python {rate} Hz", fp + ["--rate", str(rate)], {"FLAMEPROF_NATIVE": "0"}))
         if shutil.which("py-spy"):
-            configs.append((f"py-spy {rate} Hz", ["py-spy", "record", "--rate", str(rate), "--format", "raw",
-                                                  "-o", os.path.join(out, "pyspy.txt"), "--", py], {}))
+            configs.append(
+                (
+                    f"py-spy {rate} Hz",
+                    [
+                        "py-spy",
+                        "record",
+                        "--rate",
+                        str(rate),
+                        "--format",
+                        "raw",
+                        "-o",
+                        os.path.join(out, "pyspy.txt"),
+                        "--",
+                        py,
+                    ],
+                    {},
+                )
+            )
     if _has_module("pyinstrument"):
-        configs.append(("pyinstrument 1 ms", [py, "-m", "pyinstrument", "-i", "0.001", "-r", "text",
-                                              "-o", os.path.join(out, "pyi.txt")], {}))
+        configs.append(
+            (
+                "pyinstrument 1 ms",
+                [py, "-m", "pyinstrument", "-i", "0.001", "-r", "text", "-o", os.path.join(out, "pyi.txt")],
+                {},
+            )
+        )
     configs.append(("cProfile", [py, "-m", "cProfile", "-o", os.path.join(out, "cprofile.out")], {}))
     return configs
 
@@ -162,12 +189,16 @@ def timed_run(command: list[str], env: dict, tries: int = 3) -> tuple[float, dic
 
     A failed run is retried (py-spy sometimes fails to attach on a loaded machine) and listed in
     the report."""
-    for attempt in range(tries):
-        proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, **env), timeout=600)
+    for _ in range(tries):
+        proc = subprocess.run(
+            command, capture_output=True, text=True, env=dict(os.environ, **env), timeout=600
+        )
         lines = [line for line in proc.stdout.splitlines() if line.startswith("TIMED ")]
         if proc.returncode == 0 and lines:
             break
-        FAILURES.append(f"{' '.join(command)} (env {env}) exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        FAILURES.append(
+            f"{' '.join(command)} (env {env}) exited {proc.returncode}: {proc.stderr.strip()[-300:]}"
+        )
     else:
         raise RuntimeError(f"{' '.join(command)} failed {tries} times:\n{proc.stderr[-2000:]}")
     meta = {}
@@ -202,7 +233,9 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
                         achieved.setdefault(name, []).append(meta["achieved_rate"])
                 print(f"  {workload}: round {r + 1}/{rounds} done", file=sys.stderr)
             base = statistics.median(times["plain"])
-            report.append(f"{workload}: plain timed section median {base:.3f} s over {rounds} interleaved rounds")
+            report.append(
+                f"{workload}: plain timed section median {base:.3f} s over {rounds} interleaved rounds"
+            )
             for name, _, _ in configs[1:]:
                 # per-round ratios against that round's plain run, then the median of the ratios
                 ratios = [t / p for t, p in zip(times[name], times["plain"])]
@@ -210,7 +243,9 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
                 note = ""
                 if name in achieved:
                     note = f"  (achieved {statistics.median(achieved[name]):.0f} Hz)"
-                target = next((t for rate, t in TARGETS.items() if name == f"flameprof native {rate} Hz"), None)
+                target = next(
+                    (t for rate, t in TARGETS.items() if name == f"flameprof native {rate} Hz"), None
+                )
                 if target is not None:
                     ok = slowdown <= target
                     note += f"  target <= {target:g}%: {'ok' if ok else 'MISSED'}"
@@ -218,7 +253,9 @@ def bench_overhead(rounds: int, workloads: list[str]) -> list[str]:
                         failures.append(f"{workload} {name}")
                 report.append(f"  {name:28s} {slowdown:+7.2f} %{note}")
     if failures:
-        report.append("overhead targets missed (noisy shared machine? rerun with more rounds): " + ", ".join(failures))
+        report.append(
+            "overhead targets missed (noisy shared machine? rerun with more rounds): " + ", ".join(failures)
+        )
     return report
 
 
@@ -236,13 +273,18 @@ def bench_blocks(rounds: int, workloads: list[str]) -> list[str]:
             if path is None:
                 report.append(f"  {workload}: skipped (no torch for {sys.executable})")
                 continue
-            proc = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=1800,
-                                  env=dict(os.environ, PYTHONPATH=REPO))
+            proc = subprocess.run(
+                [sys.executable, path],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                env=dict(os.environ, PYTHONPATH=REPO),
+            )
             lines = [line for line in proc.stdout.splitlines() if line.startswith("BLOCKS ")]
             if proc.returncode != 0 or not lines:
                 report.append(f"  {workload}: failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
                 continue
-            data = json.loads(lines[-1][len("BLOCKS "):])
+            data = json.loads(lines[-1][len("BLOCKS ") :])
             off = data["times"]["0"]
             report.append(f"  {workload}: unprofiled block median {statistics.median(off) * 1000:.1f} ms")
             for i, (name, _, rate) in enumerate(data["configs"]):
@@ -312,10 +354,12 @@ def bench_micro(samples: int = 20000, batches: int = 10) -> list[str]:
         for t in threads:
             t.join()
     ratio = cost["python"] / cost["native"]
-    return [f"per-sample cost, one thread with a 50-frame stack (CPU time, best of {batches} interleaved batches of {n}):",
-            f"  native {1e6 * cost['native']:.2f} us   python {1e6 * cost['python']:.2f} us   "
-            f"native is {ratio:.1f}x cheaper   target <= 10 us and >= 5x: "
-            f"{'ok' if cost['native'] <= 10e-6 and ratio >= 5 else 'MISSED'}"]
+    return [
+        f"per-sample cost, one thread with a 50-frame stack (CPU time, best of {batches} interleaved batches of {n}):",
+        f"  native {1e6 * cost['native']:.2f} us   python {1e6 * cost['python']:.2f} us   "
+        f"native is {ratio:.1f}x cheaper   target <= 10 us and >= 5x: "
+        f"{'ok' if cost['native'] <= 10e-6 and ratio >= 5 else 'MISSED'}",
+    ]
 
 
 def _rss() -> int:
@@ -346,10 +390,12 @@ def bench_memory(ticks: int = 360_000, threads: int = 8) -> tuple[list[str], obj
     for t in parked:
         t.join()
     rows = len(sampler)
-    lines = [f"memory: {ticks} ticks x {threads} threads = {rows} samples (one hour at 100 Hz) in {elapsed:.1f} s:",
-             f"  RSS growth {growth / 2**20:.1f} MB (C buffers {sampler.memory / 2**20:.1f} MB, "
-             f"{sampler.memory / max(rows, 1):.1f} bytes/sample)   target < 50 MB: "
-             f"{'ok' if growth < 50 * 2**20 else 'MISSED'}"]
+    lines = [
+        f"memory: {ticks} ticks x {threads} threads = {rows} samples (one hour at 100 Hz) in {elapsed:.1f} s:",
+        f"  RSS growth {growth / 2**20:.1f} MB (C buffers {sampler.memory / 2**20:.1f} MB, "
+        f"{sampler.memory / max(rows, 1):.1f} bytes/sample)   target < 50 MB: "
+        f"{'ok' if growth < 50 * 2**20 else 'MISSED'}",
+    ]
     return lines, sampler
 
 
@@ -370,25 +416,44 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
     n = ticks * threads
     wall = np.repeat(np.diff(tick_time, prepend=0.0), threads)
     synthetic = Profile(
-        frames=real.frames, stack_parent=np.arange(-1, 1999), stack_frame=np.zeros(2000, dtype=np.int32),
-        threads=real.threads[:1] * threads, sample_time=np.repeat(tick_time, threads),
-        sample_thread=np.tile(np.arange(threads), ticks), sample_stack=np.minimum(rng.zipf(1.3, n) - 1, 1999),
-        sample_wall=wall, sample_cpu=wall * rng.random(n), meta={"start_time": time.time()})
-    for name, profile in (("sampled (8 parked threads)", real),
-                          ("synthetic (2,000 stacks, jittered wall, random CPU)", synthetic)):
+        frames=real.frames,
+        stack_parent=np.arange(-1, 1999),
+        stack_frame=np.zeros(2000, dtype=np.int32),
+        threads=real.threads[:1] * threads,
+        sample_time=np.repeat(tick_time, threads),
+        sample_thread=np.tile(np.arange(threads), ticks),
+        sample_stack=np.minimum(rng.zipf(1.3, n) - 1, 1999),
+        sample_wall=wall,
+        sample_cpu=wall * rng.random(n),
+        meta={"start_time": time.time()},
+    )
+    for name, profile in (
+        ("sampled (8 parked threads)", real),
+        ("synthetic (2,000 stacks, jittered wall, random CPU)", synthetic),
+    ):
         profile.validate()
         size = len(storage.dumps(profile))
-        lines.append(f"  {name:52s} {size / 2**20:6.2f} MB   target < 20 MB: {'ok' if size < 20 * 2**20 else 'MISSED'}")
+        lines.append(
+            f"  {name:52s} {size / 2**20:6.2f} MB   target < 20 MB: {'ok' if size < 20 * 2**20 else 'MISSED'}"
+        )
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per configuration (default 5)")
-    parser.add_argument("--only", default="blocks,overhead,micro,memory,size",
-                        help="comma-separated parts: blocks, overhead, micro, memory, size")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS),
-                        help=f"comma-separated workloads for overhead (default: {','.join(WORKLOADS)})")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds per configuration (default 5)"
+    )
+    parser.add_argument(
+        "--only",
+        default="blocks,overhead,micro,memory,size",
+        help="comma-separated parts: blocks, overhead, micro, memory, size",
+    )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads for overhead (default: {','.join(WORKLOADS)})",
+    )
     args = parser.parse_args()
     parts = set(args.only.split(","))
 

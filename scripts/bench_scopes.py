@@ -134,8 +134,12 @@ def step_costs(repeats: int, steps: int) -> dict[str, float]:
             post.remove()
 
     train()  # warm-up
-    runs: dict[str, list[float]] = {"no profiler": [], "no-op backward hooks": [], "profiled": [],
-                                    "profiled, backward layers": []}
+    runs: dict[str, list[float]] = {
+        "no profiler": [],
+        "no-op backward hooks": [],
+        "profiled": [],
+        "profiled, backward layers": [],
+    }
     for _ in range(repeats):
         runs["no profiler"].append(train())
         runs["no-op backward hooks"].append(with_noop_backward_hooks())
@@ -153,7 +157,7 @@ def main() -> None:
 
     scopes = scope_costs(args.repeats, 30_000)
     floor = scopes["empty with"]
-    print("user scopes, ns per `with` block (median of %d):" % args.repeats)
+    print(f"user scopes, ns per `with` block (median of {args.repeats}):")
     for name, ns in scopes.items():
         print(f"  {name:28s} {ns:8.0f} ns   {ns / floor:5.2f}x empty with")
 
@@ -161,7 +165,7 @@ def main() -> None:
 
     steps = step_costs(args.repeats, 5)
     base = steps["no profiler"]
-    print("CNN training step (batch 32, 1 thread), ms per step (median of %d):" % args.repeats)
+    print(f"CNN training step (batch 32, 1 thread), ms per step (median of {args.repeats}):")
     for name, ms in steps.items():
         print(f"  {name:28s} {ms:8.2f} ms   {ms / base:5.2f}x no profiler")
 

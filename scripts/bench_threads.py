@@ -21,7 +21,7 @@ import tempfile
 
 from bench_overhead import FAILURES, timed_run
 
-WORKLOAD = '''
+WORKLOAD = """
 import threading, time
 THREADS, WORK = {threads}, {work}
 
@@ -38,17 +38,35 @@ for w in workers:
 for w in workers:
     w.join()
 print("TIMED", time.perf_counter() - start)
-'''
+"""
 
 
 def configurations(out: str, rate: int) -> list[tuple[str, list[str], dict]]:
     py = sys.executable
-    configs = [("plain", [py], {}),
-               (f"flameprof {rate} Hz", [py, "-m", "flameprof", "run", "-q", "-o", out, "--rate", str(rate)], {})]
+    configs = [
+        ("plain", [py], {}),
+        (f"flameprof {rate} Hz", [py, "-m", "flameprof", "run", "-q", "-o", out, "--rate", str(rate)], {}),
+    ]
     pyspy = shutil.which("py-spy", path=os.pathsep.join([os.path.dirname(py), os.environ.get("PATH", "")]))
     if pyspy:
-        configs.append((f"py-spy {rate} Hz", [pyspy, "record", "--rate", str(rate), "--format", "raw",
-                                              "-o", os.path.join(out, "pyspy.txt"), "--", py], {}))
+        configs.append(
+            (
+                f"py-spy {rate} Hz",
+                [
+                    pyspy,
+                    "record",
+                    "--rate",
+                    str(rate),
+                    "--format",
+                    "raw",
+                    "-o",
+                    os.path.join(out, "pyspy.txt"),
+                    "--",
+                    py,
+                ],
+                {},
+            )
+        )
     return configs
 
 
@@ -59,8 +77,10 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--work", type=int, default=40_000_000, help="loop iterations shared by the threads")
     args = parser.parse_args()
-    report = [f"{args.work:,} iterations of pure Python shared by N threads, {args.rate} Hz, "
-              f"median of {args.rounds} interleaved rounds (throughput: profiled / plain)"]
+    report = [
+        f"{args.work:,} iterations of pure Python shared by N threads, {args.rate} Hz, "
+        f"median of {args.rounds} interleaved rounds (throughput: profiled / plain)"
+    ]
     with tempfile.TemporaryDirectory(prefix="flameprof-threads-") as tmp:
         out = os.path.join(tmp, "out")
         for count in (int(n) for n in args.threads.split(",")):

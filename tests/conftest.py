@@ -15,13 +15,25 @@ def flameprof_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "flameprof", *args]
 
 
-def run_flameprof(*args: str, cwd: str | os.PathLike | None = None, timeout: float = 120,
-                  env: dict | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+def run_flameprof(
+    *args: str,
+    cwd: str | os.PathLike | None = None,
+    timeout: float = 120,
+    env: dict | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = REPO + os.pathsep + full_env.get("PYTHONPATH", "")
     full_env.update(env or {})
-    return subprocess.run(flameprof_cmd(*args), cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout, input=input)
+    return subprocess.run(
+        flameprof_cmd(*args),
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -38,8 +50,10 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> N
 @pytest.fixture
 def write_script(tmp_path):
     """Write a Python script into tmp_path and return its path."""
+
     def write(name: str, source: str) -> str:
         path = tmp_path / name
         path.write_text(source)
         return str(path)
+
     return write

@@ -3,8 +3,8 @@ layers and functions take exactly the time we say, built through the real Profil
 
 from __future__ import annotations
 
-from flameprof.model.profile import Frame, Mark, ProcessInfo, Profile
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame, Mark, ProcessInfo, Profile
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 TICK = 0.01  # seconds per sample
@@ -30,14 +30,17 @@ PHASE_STACKS = {
 }
 
 
-def training_profile(ticks: dict[str, int], steps: int = 10, warmup_ticks: int = 0,
-                     worker_ticks: int = 0) -> Profile:
+def training_profile(
+    ticks: dict[str, int], steps: int = 10, warmup_ticks: int = 0, worker_ticks: int = 0
+) -> Profile:
     """``steps`` steps; in each, ``ticks[name]`` samples of PHASE_STACKS[name] in that order.
 
     The first step gets ``warmup_ticks`` extra ``tokenize`` samples (a slow warm-up step); each step
     gets ``worker_ticks`` samples on a second thread (idle work outside the loop thread).
     """
-    b = ProfileBuilder({"start_time": 1.7e9, "pid": 100, "cwd": "/work", "argv": ["train.py"], "rate": 1 / TICK})
+    b = ProfileBuilder(
+        {"start_time": 1.7e9, "pid": 100, "cwd": "/work", "argv": ["train.py"], "rate": 1 / TICK}
+    )
     b.process(ProcessInfo(100, "main"))
     main = b.thread_id(100, 100, "MainThread")
     worker = b.thread_id(100, 101, "pin_memory")

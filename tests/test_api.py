@@ -19,8 +19,12 @@ def spin(seconds, ticks=3):
 
 
 def frame_names(profile):
-    return {profile.frames[f].name for s in set(profile.sample_stack.tolist()) if s >= 0
-            for f in profile.stack_frames(s)}
+    return {
+        profile.frames[f].name
+        for s in set(profile.sample_stack.tolist())
+        if s >= 0
+        for f in profile.stack_frames(s)
+    }
 
 
 def test_start_stop_returns_this_windows_samples():
@@ -40,7 +44,10 @@ def test_context_manager_saves_outputs(tmp_path):
     with flameprof.profile(output=tmp_path / "out", rate=500):
         spin(0.1)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "profile.flameprof", "profile.folded", "profile.svg"]
+        "profile.flameprof",
+        "profile.folded",
+        "profile.svg",
+    ]
     assert "spin (" in (tmp_path / "out" / "profile.folded").read_text()
 
 
@@ -117,6 +124,7 @@ def test_deep_recursion_is_truncated_with_a_marker():
         recurse(n - 1)
 
     import sys
+
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(5000)
     try:

@@ -14,17 +14,17 @@ import tempfile
 import time
 
 import pytest
-
 from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
-from flameprof.model import storage
+
 from flameprof.collect.attach.bootstrap import bootstrap_source
 from flameprof.collect.attach.pyspy import find_pyspy
 from flameprof.collect.attach.target import ptrace_denial, python_version
+from flameprof.model import storage
 
 # Prints "tick N" with consecutive N; on SIGUSR1 prints what attaching must not change; SIGUSR2 ends it.
 # Every line is one write (say): the handler can run in the middle of a print, whose pieces reach an
 # unbuffered output one by one, and would land inside another line.
-TARGET = r'''
+TARGET = r"""
 import os, signal, sys, threading, time
 
 def say(*words):
@@ -56,21 +56,28 @@ while time.time() < end:
         say("tick", n // 5)
     time.sleep(0.001)
 say("done")
-'''
+"""
 
 
 class Target:
     """A Python process running TARGET (or ``source``) whose output lines are collected."""
 
-    def __init__(self, tmp_path, seconds: float = 60.0, python: str = sys.executable, source: str = TARGET) -> None:
+    def __init__(
+        self, tmp_path, seconds: float = 60.0, python: str = sys.executable, source: str = TARGET
+    ) -> None:
         script = tmp_path / "target.py"
         script.write_text(source)
         # Appending: the target and its children share these files' offset with this process, whose
         # seek(0) to read them must not make their next write overwrite the start.
         self.stdout = open(tmp_path / "target.out", "a+")
         self.stderr = open(tmp_path / "target.err", "a+")
-        self.proc = subprocess.Popen([python, str(script), str(seconds)], stdout=self.stdout, stderr=self.stderr,
-                                     cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        self.proc = subprocess.Popen(
+            [python, str(script), str(seconds)],
+            stdout=self.stdout,
+            stderr=self.stderr,
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )
         self.wait_for("ready")
 
     @property
@@ -119,8 +126,12 @@ def channels(tmpdir: str) -> set[str]:
 
 def attach_until_ctrl_c(pid: str, out, env: dict | None = None) -> subprocess.CompletedProcess:
     """``flameprof attach PID`` without --duration, stopped with SIGINT half a second after it started."""
-    proc = subprocess.Popen(flameprof_cmd("attach", pid, "-o", str(out)), stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+    proc = subprocess.Popen(
+        flameprof_cmd("attach", pid, "-o", str(out)),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=REPO, **(env or {})),
+    )
     first = proc.stderr.readline()
     assert "until Ctrl-C" in first
     time.sleep(0.5)
@@ -166,7 +177,7 @@ def test_inject_profiles_the_running_loop_and_leaves_it_as_it_was(target, tmp_pa
     os.rmdir(private_tmp)
 
 
-TORCH_TARGET = r'''
+TORCH_TARGET = r"""
 import torch
 torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
@@ -177,7 +188,7 @@ while True:
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()
-'''
+"""
 
 
 def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
@@ -201,7 +212,7 @@ def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
         trainer.wait()
 
 
-WATCHER = r'''
+WATCHER = r"""
 import os, signal, subprocess, sys
 events = []
 signal.signal(signal.SIGCHLD, lambda *a: events.append("SIGCHLD"))
@@ -211,12 +222,13 @@ sys.stdin.readline()
 state = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WSTOPPED | os.WCONTINUED | os.WNOHANG)
 print(events, state, flush=True)
 child.kill()
-'''
+"""
 
 
 def test_the_targets_parent_sees_no_stop_and_no_sigchld(tmp_path):
-    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True)
+    watcher = subprocess.Popen(
+        [sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     child = watcher.stdout.readline().strip()
     try:
         proc = run_flameprof("attach", child, "--duration", "0.5", "-q", "-o", str(tmp_path / "out"))
@@ -235,8 +247,12 @@ def test_the_targets_parent_sees_no_stop_and_no_sigchld(tmp_path):
 def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, how):
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(flameprof_cmd("attach", target.pid, "--duration", "60", "-q", "-o", str(out)),
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        flameprof_cmd("attach", target.pid, "--duration", "60", "-q", "-o", str(out)),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert "profiling process" in proc.stderr.readline()
     if how == "exit":  # the target ends itself with sys.exit(0): its atexit handlers run
         time.sleep(0.5)
@@ -255,19 +271,32 @@ def test_target_ending_during_attach_keeps_the_samples_so_far(target, tmp_path, 
 
 @pytest.mark.parametrize("backend", ["inject", "py-spy"])
 def test_subprocesses_covers_the_children(tmp_path, backend):
-    (tmp_path / "child.py").write_text("def child_spin():\n    while True:\n        sum(range(10000))\n"
-                                       "child_spin()\n")
-    (tmp_path / "parent.py").write_text("import subprocess, sys, time\n"
-                                        "child = subprocess.Popen([sys.executable, 'child.py'])\n"
-                                        "other = subprocess.Popen(['sleep', '60'])\n"
-                                        "print(child.pid, other.pid, flush=True)\n"
-                                        "while True:\n    time.sleep(0.02)\n")
+    (tmp_path / "child.py").write_text(
+        "def child_spin():\n    while True:\n        sum(range(10000))\nchild_spin()\n"
+    )
+    (tmp_path / "parent.py").write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, 'child.py'])\n"
+        "other = subprocess.Popen(['sleep', '60'])\n"
+        "print(child.pid, other.pid, flush=True)\n"
+        "while True:\n    time.sleep(0.02)\n"
+    )
     parent = subprocess.Popen([sys.executable, "parent.py"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     children = [int(pid) for pid in parent.stdout.readline().split()]
     try:
         out = tmp_path / "out"
-        proc = run_flameprof("attach", str(parent.pid), "--backend", backend, "--subprocesses", "--duration", "1",
-                             "-q", "-o", str(out))
+        proc = run_flameprof(
+            "attach",
+            str(parent.pid),
+            "--backend",
+            backend,
+            "--subprocesses",
+            "--duration",
+            "1",
+            "-q",
+            "-o",
+            str(out),
+        )
         assert proc.returncode == 0, proc.stderr
         assert "leaving out" not in proc.stderr and "using py-spy" not in proc.stderr  # sleep is no Python
         profile = storage.load(out / "profile.flameprof")
@@ -292,7 +321,7 @@ def test_subprocesses_covers_the_children(tmp_path, backend):
 @pytest.mark.parametrize("version", ["3.10.13", "3.12.1", "3.13.0"])
 def test_inject_into_other_python_versions(tmp_path, version):
     """These pyenv interpreters have no numpy: the agent must not need it."""
-    python = os.path.expanduser(f"~/.pyenv/versions/{version}/bin/python{version[:version.rindex('.')]}")
+    python = os.path.expanduser(f"~/.pyenv/versions/{version}/bin/python{version[: version.rindex('.')]}")
     if not os.path.exists(python):
         pytest.skip(f"no Python {version} in ~/.pyenv")
     t = Target(tmp_path, python=python)
@@ -315,8 +344,9 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "py-spy").symlink_to(find_pyspy())
-    proc = run_flameprof("attach", target.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"),
-                         env={"PATH": str(bin_dir)})
+    proc = run_flameprof(
+        "attach", target.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"), env={"PATH": str(bin_dir)}
+    )
     assert proc.returncode == 0, proc.stderr
     assert "gdb is not installed" in proc.stderr and "using py-spy instead" in proc.stderr
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
@@ -330,8 +360,23 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     python = bin_dir / "python"  # an interpreter with no py-spy beside it
     python.symlink_to(os.path.realpath(sys.executable))
     env = {"PATH": str(bin_dir), "PYTHONPATH": REPO + os.pathsep + os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.run([str(python), "-m", "flameprof", "attach", str(target.pid), "--duration", "1", "-o",
-                           str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "flameprof",
+            "attach",
+            str(target.pid),
+            "--duration",
+            "1",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert_one_error_line(proc, "gdb is not installed", "py-spy")
 
 
@@ -366,8 +411,10 @@ def test_a_process_with_its_own_mount_namespace(tmp_path, private_tmp):
 
 def test_an_agent_that_cannot_load_is_reported_and_py_spy_used(tmp_path):
     # The process has a module called flameprof that is not flameprof: the bootstrap's import fails.
-    code = ("import sys, types\nsys.modules['flameprof'] = types.ModuleType('flameprof')\n"
-            "def spin_here():\n    while True:\n        sum(range(10000))\nspin_here()\n")
+    code = (
+        "import sys, types\nsys.modules['flameprof'] = types.ModuleType('flameprof')\n"
+        "def spin_here():\n    while True:\n        sum(range(10000))\nspin_here()\n"
+    )
     target = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.5)
@@ -385,16 +432,20 @@ def test_an_agent_that_cannot_load_is_reported_and_py_spy_used(tmp_path):
 def test_no_such_process(tmp_path):
     gone = subprocess.Popen(["true"])
     gone.wait()
-    assert_one_error_line(run_flameprof("attach", str(gone.pid), "--duration", "1", "-o", str(tmp_path)),
-                          "no such process", str(gone.pid))
+    assert_one_error_line(
+        run_flameprof("attach", str(gone.pid), "--duration", "1", "-o", str(tmp_path)),
+        "no such process",
+        str(gone.pid),
+    )
 
 
 def assert_attach_refused(tmp_path, argv: list[str], *needles: str) -> None:
     """Attaching to a process running ``argv`` fails with one error line containing ``needles``."""
     other = subprocess.Popen(argv)
     try:
-        assert_one_error_line(run_flameprof("attach", str(other.pid), "--duration", "1", "-o", str(tmp_path)),
-                              *needles)
+        assert_one_error_line(
+            run_flameprof("attach", str(other.pid), "--duration", "1", "-o", str(tmp_path)), *needles
+        )
     finally:
         other.kill()
         other.wait()
@@ -405,20 +456,26 @@ def test_not_a_python_process(tmp_path):
 
 
 def test_a_launcher_process_points_to_its_python_child(tmp_path):
-    launcher = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; true"],
-                                start_new_session=True)
+    launcher = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(30)'; true"], start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 10
-        while not os.path.exists(f"/proc/{launcher.pid}/task/{launcher.pid}/children") or \
-                not open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split():
+        while (
+            not os.path.exists(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
+            or not open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         child = open(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read().split()[0]
         while not os.readlink(f"/proc/{child}/exe").rsplit("/", 1)[-1].startswith("python"):  # exec done
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert_one_error_line(run_flameprof("attach", str(launcher.pid), "--duration", "1", "-o", str(tmp_path)),
-                              "not a Python process (", f"its child {child} is: flameprof attach {child}")
+        assert_one_error_line(
+            run_flameprof("attach", str(launcher.pid), "--duration", "1", "-o", str(tmp_path)),
+            "not a Python process (",
+            f"its child {child} is: flameprof attach {child}",
+        )
     finally:
         os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait()
@@ -428,14 +485,18 @@ def test_unsupported_python_version(tmp_path):
     python = os.path.expanduser("~/.pyenv/versions/3.9.18/bin/python3.9")
     if not os.path.exists(python):
         pytest.skip("no Python 3.9 in ~/.pyenv")
-    assert_attach_refused(tmp_path, [python, "-c", "import time; time.sleep(30)"], "Python 3.9", "3.10 to 3.13")
+    assert_attach_refused(
+        tmp_path, [python, "-c", "import time; time.sleep(30)"], "Python 3.9", "3.10 to 3.13"
+    )
 
 
 def test_python_version_from_exe_or_maps():
     assert python_version("/usr/bin/python3.12", "") == (3, 12)
     maps = "7f00-7f01 r-xp 0 08:01 1 /opt/py/lib/libpython3.10.so.1.0\n"
     assert python_version("/opt/app/uwsgi", maps) == (3, 10)
-    assert python_version("/venv/bin/python", "7f-7f r--p 0 0 0 /usr/lib/python3.13/lib-dynload/_json.so") == (3, 13)
+    assert python_version(
+        "/venv/bin/python", "7f-7f r--p 0 0 0 /usr/lib/python3.13/lib-dynload/_json.so"
+    ) == (3, 13)
     assert python_version("/bin/sleep", "7f-7f r-xp 0 0 0 /lib/libc.so.6") is None
 
 
@@ -458,6 +519,8 @@ def test_bootstrap_cannot_be_hijacked_by_a_path():
     assert len(outer.body) == 1 and isinstance(outer.body[0], ast.Try)
     strings = [n.value for n in ast.walk(outer) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     body = ast.parse(next(s for s in strings if "serve(" in s))
-    calls = {n.func.id: n.args for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    calls = {
+        n.func.id: n.args for n in ast.walk(body) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
     assert [a.value for a in calls["serve"]] == [evil]
     assert "system" not in {n.attr for n in ast.walk(body) if isinstance(n, ast.Attribute)}

@@ -9,8 +9,9 @@ import time
 from collections import defaultdict
 
 from conftest import REPO, flameprof_cmd
-from flameprof.model import storage
 from test_attach import Target
+
+from flameprof.model import storage
 
 RATE = 100.0
 DURATION = 2.0
@@ -19,7 +20,7 @@ DURATION = 2.0
 # the other; each child reports how many threads it has at its end (a sampler's clock or an agent's
 # thread adds one). SIGUSR1 prints what the attach must leave as it was; SIGUSR2 prints it again
 # and ends the loop. Every line is one write, as in test_attach's TARGET.
-CHILDREN = r'''
+CHILDREN = r"""
 import multiprocessing as mp, os, signal, sys, threading, time
 
 def say(*words):
@@ -54,10 +55,10 @@ if __name__ == "__main__":
         n += 1
         time.sleep(0.1)
     say("done")
-'''
+"""
 
 # A training-like loop whose DataLoader workers are re-created every epoch; SIGUSR2 ends it.
-DATALOADER = r'''
+DATALOADER = r"""
 import os, signal, sys, time
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -86,7 +87,7 @@ while not stop:
     print("sum", epoch, int(sum(batch.sum() for batch in it)), flush=True)
     epoch += 1
 print("done", flush=True)
-'''
+"""
 
 
 def children_source(context: str, seconds: float) -> str:
@@ -95,9 +96,23 @@ def children_source(context: str, seconds: float) -> str:
 
 def attach(pid: int, out, duration: float = DURATION) -> tuple[float, float]:
     """Attach with --subprocesses; (time profiling began, time the CLI ended)."""
-    proc = subprocess.Popen(flameprof_cmd("attach", str(pid), "--subprocesses", "--duration", str(duration),
-                                          "--rate", str(RATE), "-q", "-o", str(out)),
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    proc = subprocess.Popen(
+        flameprof_cmd(
+            "attach",
+            str(pid),
+            "--subprocesses",
+            "--duration",
+            str(duration),
+            "--rate",
+            str(RATE),
+            "-q",
+            "-o",
+            str(out),
+        ),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=REPO),
+    )
     lines = []
     began = None
     for line in proc.stderr:
@@ -110,7 +125,9 @@ def attach(pid: int, out, duration: float = DURATION) -> tuple[float, float]:
     return began, time.time()
 
 
-def attach_and_end(target: Target, out, duration: float, prefix: str, more: int) -> tuple[float, float, list[str]]:
+def attach_and_end(
+    target: Target, out, duration: float, prefix: str, more: int
+) -> tuple[float, float, list[str]]:
     """Attach, let the target print ``more`` lines that start with ``prefix`` after the detach, end it
     with SIGUSR2; (time profiling began, time the CLI ended, the target's output)."""
     try:
@@ -128,8 +145,9 @@ def seconds_in(profile, function: str) -> dict[int, float]:
     frames = profile.all_stack_frames()
     wanted = {i for i, f in enumerate(profile.frames) if f.name == function}
     out: dict[int, float] = defaultdict(float)
-    for thread, stack, wall in zip(profile.sample_thread.tolist(), profile.sample_stack.tolist(),
-                                   profile.sample_wall.tolist()):
+    for thread, stack, wall in zip(
+        profile.sample_thread.tolist(), profile.sample_stack.tolist(), profile.sample_wall.tolist()
+    ):
         if stack >= 0 and wanted.intersection(frames[stack]):
             out[profile.threads[thread].pid] += wall
     return out
@@ -171,7 +189,9 @@ def test_children_forked_during_the_attach_are_profiled_and_released(tmp_path):
 
 def started_children(lines: list[str]) -> dict[int, tuple[int, float]]:
     """n -> (pid, start time) of the children the CHILDREN target reported."""
-    return {int(w[1]): (int(w[2]), float(w[3])) for w in (line.split() for line in lines) if w[0] == "started"}
+    return {
+        int(w[1]): (int(w[2]), float(w[3])) for w in (line.split() for line in lines) if w[0] == "started"
+    }
 
 
 def test_children_spawned_during_the_attach_are_injected_as_they_appear(tmp_path):
@@ -196,13 +216,17 @@ def test_children_spawned_during_the_attach_are_injected_as_they_appear(tmp_path
 
 
 def test_dataloader_workers_of_each_epoch_are_followed(tmp_path):
-    began, ended, lines = attach_and_end(Target(tmp_path, source=DATALOADER), tmp_path / "out", DURATION, "sum", 2)
+    began, ended, lines = attach_and_end(
+        Target(tmp_path, source=DATALOADER), tmp_path / "out", DURATION, "sum", 2
+    )
     assert lines[-1] == "done"
     assert not [line for line in lines[:-1] if not line.startswith(("ready", "epoch", "sum"))]
     sums = [line.split() for line in lines if line.startswith("sum")]
     assert all(int(total) == 28 for _, _, total in sums)  # every epoch saw every item once
     epochs = [line.split() for line in lines if line.startswith("epoch")]
-    during = [(int(w[1]), [int(p) for p in w[3:]]) for w in epochs if began < float(w[2]) < began + DURATION - 0.5]
+    during = [
+        (int(w[1]), [int(p) for p in w[3:]]) for w in epochs if began < float(w[2]) < began + DURATION - 0.5
+    ]
     assert len(during) >= 2, (began, ended, epochs[-3:])
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
     roles = {p.pid: p.role for p in profile.processes}

@@ -97,7 +97,6 @@ def _fifo_tasks() -> list[int]:
 
 
 def _may_run_real_time() -> bool:
-    import os
     import resource
 
     with open("/proc/self/status") as fh:

@@ -17,23 +17,34 @@ import time
 import urllib.request
 
 import pytest
-
-from flameprof.render.options import OutputOptions
-from flameprof.render.diff_svg import render_diff_svg
-from flameprof.render.formats import Rendering, write_formats
-from flameprof.render.svg import render_svg
 from synthetic import training_profile
 
+from flameprof.render.diff_svg import render_diff_svg
+from flameprof.render.formats import Rendering, write_formats
+from flameprof.render.options import OutputOptions
+from flameprof.render.svg import render_svg
+
 TICKS = {"data": 2, "encoder": 3, "head": 1, "tokenize": 1, "backward": 2, "optimizer": 1}
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000",
-         "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1000",
+    "--remote-debugging-port=0",
+]
 
 
 def _unavailable(reason: str):
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"browser tests cannot run in CI: {reason} (scripts/setup.sh installs chromium and "
-                    "websocket-client)", pytrace=False)
+        pytest.fail(
+            f"browser tests cannot run in CI: {reason} (scripts/setup.sh installs chromium and "
+            "websocket-client)",
+            pytrace=False,
+        )
     pytest.skip(reason)
 
 
@@ -46,9 +57,13 @@ class Browser:
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
         if binary is None:
             _unavailable("chromium is not installed")
-        self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [binary, *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         port = None
         deadline = time.monotonic() + 60
         while port is None and time.monotonic() < deadline:
@@ -75,7 +90,7 @@ class Browser:
         if getattr(self, "ws", None) is not None:
             self.ws.close()
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)     # the browser and its helper processes
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and its helper processes
         except ProcessLookupError:
             pass
         self.proc.wait()
@@ -83,8 +98,11 @@ class Browser:
     def _handle(self, msg: dict) -> None:
         self.events.append(msg)
         if msg.get("method") == "Page.javascriptDialogOpening":
-            self._send("Page.handleJavaScriptDialog", accept=self.prompt_answer is not None,
-                       promptText=self.prompt_answer or "")
+            self._send(
+                "Page.handleJavaScriptDialog",
+                accept=self.prompt_answer is not None,
+                promptText=self.prompt_answer or "",
+            )
 
     def _send(self, method: str, **params) -> int:
         self.next_id += 1
@@ -117,13 +135,21 @@ class Browser:
 
     def center(self, selector_js: str) -> tuple[float, float]:
         """Viewport centre of the element ``selector_js`` evaluates to, scrolled into view."""
-        box = self.js(f"(function(){{var e={selector_js}; e.scrollIntoView({{block:'center'}});"
-                      f"var r=e.getBoundingClientRect(); return [r.x+r.width/2, r.y+r.height/2];}})()")
+        box = self.js(
+            f"(function(){{var e={selector_js}; e.scrollIntoView({{block:'center'}});"
+            f"var r=e.getBoundingClientRect(); return [r.x+r.width/2, r.y+r.height/2];}})()"
+        )
         return box[0], box[1]
 
     def mouse(self, kind: str, x: float, y: float) -> None:
-        self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left" if kind != "mouseMoved" else "none",
-                  clickCount=1 if kind != "mouseMoved" else 0)
+        self.call(
+            "Input.dispatchMouseEvent",
+            type=kind,
+            x=x,
+            y=y,
+            button="left" if kind != "mouseMoved" else "none",
+            clickCount=1 if kind != "mouseMoved" else 0,
+        )
 
     def click(self, selector_js: str) -> None:
         x, y = self.center(selector_js)
@@ -139,8 +165,14 @@ class Browser:
         """Press Ctrl-F and answer the search prompt."""
         self.prompt_answer = answer
         for kind in ("rawKeyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=kind, key="f", code="KeyF", modifiers=2,
-                      windowsVirtualKeyCode=70)
+            self.call(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key="f",
+                code="KeyF",
+                modifiers=2,
+                windowsVirtualKeyCode=70,
+            )
         self.prompt_answer = None
 
     def errors(self) -> list[str]:
@@ -156,7 +188,11 @@ class Browser:
         return out
 
     def requests(self) -> list[str]:
-        return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
+        return [
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent"
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -187,13 +223,17 @@ def check_flame_graph(b: Browser, linear_share: float) -> None:
     units = b.js("UNITS")
     assert b.js("document.getElementById('f').getAttribute('viewBox')").startswith("0 0 ")
     b.click(frame(ENCODER))
-    x, w = b.js(f"(function(){{var r={frame(ENCODER)}; return [+r.getAttribute('x'), +r.getAttribute('width')];}})()")
+    x, w = b.js(
+        f"(function(){{var r={frame(ENCODER)}; return [+r.getAttribute('x'), +r.getAttribute('width')];}})()"
+    )
     view = b.js("document.getElementById('f').getAttribute('viewBox')").split()
     assert [float(view[0]), float(view[2])] == [x, w]
     assert b.js("document.getElementById('reset').style.display") == ""
-    assert b.js(f"{frame('train (train.py:10)')}.classList.contains('an')")     # its ancestors are dimmed
+    assert b.js(f"{frame('train (train.py:10)')}.classList.contains('an')")  # its ancestors are dimmed
     labels = b.js("Array.prototype.map.call(document.querySelectorAll('#l text'), t => t.textContent)")
-    assert any(t.startswith("linear (torch/nn/functional.py:2000)") for t in labels)   # room for the full name now
+    assert any(
+        t.startswith("linear (torch/nn/functional.py:2000)") for t in labels
+    )  # room for the full name now
     b.click("document.getElementById('reset')")
     assert b.js("document.getElementById('f').getAttribute('viewBox')").split()[:3] == ["0", "0", str(units)]
     assert b.js("document.getElementById('reset').style.display") == "none"
@@ -201,7 +241,7 @@ def check_flame_graph(b: Browser, linear_share: float) -> None:
     b.ctrl_f("^linear ")
     assert b.js("document.getElementById('matched').textContent") == f"Matched: {100 * linear_share:.1f}%"
     assert b.js("document.querySelectorAll('#f rect.hl').length") == 2
-    b.click("document.getElementById('search')")          # "Reset search"
+    b.click("document.getElementById('search')")  # "Reset search"
     assert b.js("document.querySelectorAll('#f rect.hl').length") == 0
 
     b.hover(frame(ENCODER))
@@ -236,10 +276,10 @@ def test_html_report(browser, tmp_path):
     [path] = write_formats(Rendering(profile, OutputOptions()), str(tmp_path / "profile"), ("html",))
     browser.open(path)
     assert browser.js("document.getElementById('fp-verdict').textContent").startswith("HIGHLY input-bound")
-    assert browser.js("document.querySelectorAll('#fp-step-chart rect').length") == 12 * 5   # 5 phases a step
+    assert browser.js("document.querySelectorAll('#fp-step-chart rect').length") == 12 * 5  # 5 phases a step
     assert browser.js("document.querySelector('#fp-layers td.name').textContent") == ENCODER
     check_flame_graph(browser, 4 * 12 / (10 * 12 + 20))
     browser.hover(frame(LINEAR))
     assert browser.js("document.getElementById('t1').textContent") == LINEAR
     assert browser.errors() == []
-    assert [u for u in browser.requests() if u != "file://" + path] == []     # everything is in the file
+    assert [u for u in browser.requests() if u != "file://" + path] == []  # everything is in the file

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import assert_one_error_line, run_flameprof
-from flameprof.model import storage
+from synthetic import training_profile
+
 from flameprof.analyze.budgets import check, parse_budget
 from flameprof.errors import FlameprofError
+from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
-from synthetic import training_profile
 
 # Per step: data 20 %, forward 40 % (encoder 30 %, head 10 %), tokenize 10 %, backward 20 %, optimizer 10 %.
 TICKS = {"data": 2, "encoder": 3, "head": 1, "tokenize": 1, "backward": 2, "optimizer": 1}
@@ -23,6 +23,7 @@ def profiles(tmp_path):
         path = tmp_path / name
         storage.save(training_profile(ticks, **kw), path)
         return str(path)
+
     return save
 
 
@@ -50,9 +51,19 @@ def test_cli_exit_codes_summary_and_json(profiles, tmp_path):
     assert "passed" in ok.stdout
     step_summary = tmp_path / "step_summary.md"
     step_summary.write_text("earlier step\n")
-    bad = run_flameprof("check", path, "--max", "data=15%", "--max", "layer:encoder=35%",
-                        "--summary", str(tmp_path / "s.md"), "--json", str(tmp_path / "r.json"),
-                        env={"GITHUB_STEP_SUMMARY": str(step_summary)})
+    bad = run_flameprof(
+        "check",
+        path,
+        "--max",
+        "data=15%",
+        "--max",
+        "layer:encoder=35%",
+        "--summary",
+        str(tmp_path / "s.md"),
+        "--json",
+        str(tmp_path / "r.json"),
+        env={"GITHUB_STEP_SUMMARY": str(step_summary)},
+    )
     assert bad.returncode == 1, bad.stderr
     assert "FAIL data: 20.0% (limit 15%)" in bad.stdout
     summary = (tmp_path / "s.md").read_text()
@@ -69,8 +80,9 @@ def test_baseline_regression_by_step_time(profiles, tmp_path):
     slower = profiles("new.flameprof", dict(TICKS, encoder=5))  # the encoder takes 2 more ticks per step
     same = run_flameprof("check", base, "--baseline", base, "--max-regression", "1")
     assert same.returncode == 0, same.stdout + same.stderr
-    proc = run_flameprof("check", slower, "--baseline", base, "--max-regression", "10",
-                         "--json", str(tmp_path / "r.json"))
+    proc = run_flameprof(
+        "check", slower, "--baseline", base, "--max-regression", "10", "--json", str(tmp_path / "r.json")
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "r.json").read_text())
     grown = {(r["kind"], r["name"]): r["growth_pct"] for r in result["regressions"]}
@@ -89,14 +101,22 @@ def test_baseline_by_share_of_wall_time(profiles):
     result = check(new, [], basis="wall", baseline=base, max_regression=5)
     grown = {(r["kind"], r["name"]): r for r in result.regressions}
     # encoder: 3/10 of the baseline, 5/12 now: +11.7 share points; data shrank to 2/12 and is not listed
-    assert grown[("layer", "Net.encoder (Encoder)")]["growth_pct"] == pytest.approx(100 * (5 / 12 - 3 / 10), abs=1e-2)
+    assert grown[("layer", "Net.encoder (Encoder)")]["growth_pct"] == pytest.approx(
+        100 * (5 / 12 - 3 / 10), abs=1e-2
+    )
     assert ("phase", "data") not in grown
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("data", "expected NAME=PCT"), ("data=120%", "between 0 and 100"), ("dataloading=5", "not a phase"),
-    ("layer:=5", "empty layer pattern"), ("fn:(=5", "invalid regular expression"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("data", "expected NAME=PCT"),
+        ("data=120%", "between 0 and 100"),
+        ("dataloading=5", "not a phase"),
+        ("layer:=5", "empty layer pattern"),
+        ("fn:(=5", "invalid regular expression"),
+    ],
+)
 def test_bad_budgets(text, needle):
     with pytest.raises(FlameprofError, match=needle):
         parse_budget(text)

@@ -5,9 +5,8 @@ import os
 from conftest import assert_one_error_line, run_flameprof
 
 from flameprof import Profiler
+from flameprof.examples import cnn_train, inference
 from flameprof.model import storage
-from flameprof.examples import cnn_train
-from flameprof.examples import inference
 
 
 def kinds_and_marks(profile):
@@ -31,9 +30,11 @@ def test_cnn_example_slow_data_spends_its_time_in_the_dataset():
     with Profiler(rate=1000) as p:
         cnn_train.main(["--steps", "3", "--batch-size", "8", "--slow-data", "0.01"])
     profile = p.profile
-    in_dataset = sum(w for s, w in zip(profile.sample_stack.tolist(), profile.sample_wall.tolist())
-                     if s >= 0 and any(profile.frames[f].name == "decode_jpeg_stand_in"
-                                       for f in profile.stack_frames(s)))
+    in_dataset = sum(
+        w
+        for s, w in zip(profile.sample_stack.tolist(), profile.sample_wall.tolist())
+        if s >= 0 and any(profile.frames[f].name == "decode_jpeg_stand_in" for f in profile.stack_frames(s))
+    )
     assert in_dataset >= 3 * 8 * 0.01 * 0.5  # sampling error grows when a loaded machine starves the sampler
 
 
@@ -46,8 +47,9 @@ def test_inference_example_serves_every_batch(capsys):
 
 def test_demo_command_profiles_an_example_and_says_where_the_flame_graph_is(tmp_path):
     out = tmp_path / "demo"
-    proc = run_flameprof("demo", "--example", "inference", "-o", str(out), "--rate", "500",
-                         "--", "--steps", "30", cwd=tmp_path)
+    proc = run_flameprof(
+        "demo", "--example", "inference", "-o", str(out), "--rate", "500", "--", "--steps", "30", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     svg = os.path.join(str(out), "profile.svg")
     assert f"flame graph: {svg}" in proc.stdout and os.path.getsize(svg) > 0

@@ -5,16 +5,16 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from conftest import assert_one_error_line, run_flameprof
-from flameprof.model import storage
-from flameprof.analyze.diff import BASE_SELF, BASE_TOTAL, changes, diff_tree, largest
-from flameprof.collect.importers.folded import read_folded
-from flameprof.render.diff_svg import render_diff_svg
 from synthetic import training_profile
 
+from flameprof.analyze.diff import BASE_SELF, BASE_TOTAL, changes, diff_tree, largest
+from flameprof.collect.importers.folded import read_folded
+from flameprof.model import storage
+from flameprof.render.diff_svg import render_diff_svg
+
 TICKS = {"data": 2, "encoder": 3, "head": 1, "tokenize": 1, "backward": 2, "optimizer": 1}
-SLOWER = dict(TICKS, encoder=5, data=1)    # the encoder grew by 2 ticks a step, the data wait shrank by 1
+SLOWER = dict(TICKS, encoder=5, data=1)  # the encoder grew by 2 ticks a step, the data wait shrank by 1
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -32,13 +32,21 @@ def test_tree_is_new_with_base_columns():
     base, new = training_profile(TICKS), training_profile(SLOWER)
     tree = diff_tree(base, new)
     nodes = {tuple(tree.label(j) for j in _path(tree, i)): i for i in range(len(tree))}
-    enc = nodes[("<module> (train.py:1)", "train (train.py:10)", "Module._call_impl (torch/nn/modules/module.py:1740)",
-                 "Net.encoder (Encoder)")]
+    enc = nodes[
+        (
+            "<module> (train.py:1)",
+            "train (train.py:10)",
+            "Module._call_impl (torch/nn/modules/module.py:1740)",
+            "Net.encoder (Encoder)",
+        )
+    ]
     assert tree.total[enc] == pytest.approx(0.5)
     assert tree.columns[BASE_TOTAL][enc] == pytest.approx(0.3)
     assert tree.self_weight[enc] == 0 and tree.columns[BASE_SELF][enc] == 0
     normalized = diff_tree(base, new, normalize=True)
-    assert normalized.columns[BASE_TOTAL][0] == pytest.approx(normalized.total[0])   # BASE scaled to NEW's total
+    assert normalized.columns[BASE_TOTAL][0] == pytest.approx(
+        normalized.total[0]
+    )  # BASE scaled to NEW's total
     assert normalized.columns[BASE_TOTAL][enc] == pytest.approx(0.3 * 1.1)
 
 
@@ -59,7 +67,7 @@ def test_svg_colours_by_total_change_and_tooltips_give_both_changes():
     leaf = [f for f in frames["linear (torch/nn/functional.py:2000)"] if f["d"].startswith("total +200")]
     assert leaf and leaf[0]["d"] == "total +200.0 ms (+67%), self +200.0 ms (+67%)"
     wait = frames["_MultiProcessingDataLoaderIter._get_data (torch/utils/data/dataloader.py:1300)"][0]
-    assert wait["class"] == "b4"                       # half the largest change, shrank
+    assert wait["class"] == "b4"  # half the largest change, shrank
     assert frames["Net.head (Linear)"][0]["class"] == "z"
     # Sized by NEW: 5 of the 11 ticks of a step.
     encoder = frames["Net.encoder (Encoder)"][0]
@@ -68,7 +76,7 @@ def test_svg_colours_by_total_change_and_tooltips_give_both_changes():
 
 def test_normalize_compares_shares():
     base = training_profile(TICKS, steps=5)
-    doubled = training_profile(TICKS, steps=10)      # the same program, run twice as long
+    doubled = training_profile(TICKS, steps=10)  # the same program, run twice as long
     absolute = frames_of(render_diff_svg(base, doubled))
     assert absolute["Net.head (Linear)"][0]["class"].startswith("g")
     shares = frames_of(render_diff_svg(base, doubled, normalize=True))
@@ -94,10 +102,23 @@ def test_cli_tables_and_svg(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "g8" in out.read_text()
     text = proc.stdout
-    layers = text[text.index("Layers: largest regressions"):]
-    assert layers.splitlines()[1].split() == ["+0.200", "s", "+67%", "0.300", "s", "->", "0.500", "s", "self",
-                                              "+0.200", "s", "Net.encoder", "(Encoder)"]
-    phases = text[text.index("Phases: largest improvements"):]
+    layers = text[text.index("Layers: largest regressions") :]
+    assert layers.splitlines()[1].split() == [
+        "+0.200",
+        "s",
+        "+67%",
+        "0.300",
+        "s",
+        "->",
+        "0.500",
+        "s",
+        "self",
+        "+0.200",
+        "s",
+        "Net.encoder",
+        "(Encoder)",
+    ]
+    phases = text[text.index("Phases: largest improvements") :]
     assert "data.wait" in phases.splitlines()[1] and "-0.100 s" in phases.splitlines()[1]
     md = run_flameprof("diff", str(base), str(new), "-o", str(out), "--normalize", "--table", "markdown")
     assert md.returncode == 0, md.stderr

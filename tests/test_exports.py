@@ -10,20 +10,20 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from conftest import assert_one_error_line, run_flameprof
+from synthetic import PHASE_STACKS, TICK, training_profile
+
+from flameprof.analyze.breakdown import analyze
 from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
 from flameprof.collect.importers.folded import read_folded
 from flameprof.errors import FlameprofError
+from flameprof.model.builder import ProfileBuilder
 from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame
-from flameprof.model.builder import ProfileBuilder
 from flameprof.render.chrome_trace import write_chrome_trace
 from flameprof.render.formats import step_spans
-from flameprof.analyze.breakdown import analyze
 from flameprof.render.pprof import render_pprof
 from flameprof.render.speedscope import render_speedscope
-from synthetic import PHASE_STACKS, TICK, training_profile
 
 TICKS = {"data": 2, "encoder": 3, "head": 1, "tokenize": 1, "backward": 2, "optimizer": 1}
 UNITS = {"none", "nanoseconds", "microseconds", "milliseconds", "seconds", "bytes"}
@@ -102,9 +102,11 @@ def _spans(events, tid):
 
 def test_chrome_trace_timeline_tracks_and_counters():
     profile = training_profile(TICKS, steps=3)
-    profile.counters = {"cpu_percent": (np.array([0.1, 0.2]), np.array([50.0, 97.0])),
-                        "rss_bytes": (np.array([0.1, 0.2]), np.array([2.0 ** 20 * 100, 2.0 ** 20 * 120])),
-                        "dataloader worker 0: rss_bytes": (np.array([0.15]), np.array([2.0 ** 20 * 40]))}
+    profile.counters = {
+        "cpu_percent": (np.array([0.1, 0.2]), np.array([50.0, 97.0])),
+        "rss_bytes": (np.array([0.1, 0.2]), np.array([2.0**20 * 100, 2.0**20 * 120])),
+        "dataloader worker 0: rss_bytes": (np.array([0.15]), np.array([2.0**20 * 40])),
+    }
     analysis = analyze(profile)
     events = trace_of(profile, analysis.sample_phase, LEAF_PHASES, step_spans(analysis))
     tracks = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -112,14 +114,16 @@ def test_chrome_trace_timeline_tracks_and_counters():
 
     stack = _spans(events, tracks["MainThread"])
     # Spans nest: each span lies inside every earlier span it overlaps.
-    for i, (a0, a1, _) in enumerate(stack):
-        for b0, b1, _ in stack[i + 1:]:
+    for i, (_, a1, _) in enumerate(stack):
+        for b0, b1, _ in stack[i + 1 :]:
             if b0 >= a1:
                 break
             assert b1 <= a1 + 1e-6
     # The root frames stay open for the whole run; a step's data wait is one merged span of 2 samples.
     run_us = 3 * sum(TICKS.values()) * TICK * 1e6
-    assert [s for s in stack if s[2] == "<module> (train.py:1)"] == [(0.0, pytest.approx(run_us), "<module> (train.py:1)")]
+    assert [s for s in stack if s[2] == "<module> (train.py:1)"] == [
+        (0.0, pytest.approx(run_us), "<module> (train.py:1)")
+    ]
     waits = [s for s in stack if s[2].startswith("_MultiProcessingDataLoaderIter._get_data")]
     assert [(round(a), round(b - a)) for a, b, _ in waits] == [(0, 20000), (100000, 20000), (200000, 20000)]
 
@@ -127,8 +131,10 @@ def test_chrome_trace_timeline_tracks_and_counters():
     assert [p[2] for p in phases[:5]] == ["data.wait", "forward", "other", "backward", "optimizer"]
     assert [round(b - a) for a, b, _ in phases[:5]] == [20000, 40000, 10000, 20000, 10000]
     layers = _spans(events, tracks["MainThread: layers and scopes"])
-    assert [(round(a), round(b - a), n) for a, b, n in layers[:2]] == [(20000, 30000, "Net.encoder (Encoder)"),
-                                                                     (50000, 10000, "Net.head (Linear)")]
+    assert [(round(a), round(b - a), n) for a, b, n in layers[:2]] == [
+        (20000, 30000, "Net.encoder (Encoder)"),
+        (50000, 10000, "Net.head (Linear)"),
+    ]
     steps = _spans(events, tracks["steps"])
     assert [n for _, _, n in steps] == ["step 0", "step 1", "step 2"]
     assert [round(b - a) for a, b, _ in steps] == [100000] * 3
@@ -136,7 +142,7 @@ def test_chrome_trace_timeline_tracks_and_counters():
     counters = [(e["name"], e["ts"], e["args"]["value"]) for e in events if e["ph"] == "C"]
     assert ("CPU %", 100000.0, 50.0) in counters
     assert ("RSS (MiB)", 200000.0, 120.0) in counters
-    assert ("RSS (MiB) (dataloader worker 0)", 150000.0, 40.0) in counters     # a merged child's counter
+    assert ("RSS (MiB) (dataloader worker 0)", 150000.0, 40.0) in counters  # a merged child's counter
 
 
 def test_chrome_trace_stays_nested_when_sample_intervals_overlap():
@@ -148,11 +154,15 @@ def test_chrome_trace_stays_nested_when_sample_intervals_overlap():
     for time, stack, wall in ((0.1, a, 0.1), (0.2, c, 0.15), (0.3, a, 0.1)):
         b.add_sample(time, thread, stack, wall)
     events = trace_of(b.build())
-    spans = _spans(events, 1)                        # balanced, each end after its begin
+    spans = _spans(events, 1)  # balanced, each end after its begin
     stamps = [e["ts"] for e in events if e["ph"] in "BE"]
     assert stamps == sorted(stamps)
-    assert [(n, a0, a1) for a0, a1, n in spans] == [("a", 0, 300000), ("b", 0, 100000), ("c", 100000, 200000),
-                                                    ("b", 200000, 300000)]
+    assert [(n, a0, a1) for a0, a1, n in spans] == [
+        ("a", 0, 300000),
+        ("b", 0, 100000),
+        ("c", 100000, 200000),
+        ("b", 200000, 300000),
+    ]
 
 
 def test_chrome_trace_refuses_untimed_folded_input():
@@ -181,7 +191,7 @@ def _fields(buf: bytes) -> list[tuple[int, object]]:
             value, i = _varint(buf, i)
         elif wire == 2:
             n, i = _varint(buf, i)
-            value, i = buf[i:i + n], i + n
+            value, i = buf[i : i + n], i + n
         else:
             raise AssertionError(f"unexpected wire type {wire}")
         out.append((number, value))
@@ -217,11 +227,15 @@ def _decode_pprof(data: bytes) -> dict:
     for n, m in top:
         if n == 2:
             f = _fields(m)
-            stack = [locations[i] for i in _packed(dict(f).get(1, b""))]   # absent: an empty stack
+            stack = [locations[i] for i in _packed(dict(f).get(1, b""))]  # absent: an empty stack
             values = _packed(dict(f)[2])
             labels = {strings[dict(_fields(v))[1]]: strings[dict(_fields(v))[2]] for k, v in f if k == 3}
             samples.append((stack, values, labels))
-    return {"types": types, "samples": samples, "fields": dict((n, v) for n, v in top if n in (9, 10, 12, 14))}
+    return {
+        "types": types,
+        "samples": samples,
+        "fields": dict((n, v) for n, v in top if n in (9, 10, 12, 14)),
+    }
 
 
 def test_pprof_sample_types_values_and_labels(tmp_path):
@@ -230,32 +244,49 @@ def test_pprof_sample_types_values_and_labels(tmp_path):
     doc = _decode_pprof(data)
     assert doc["types"] == [("samples", "count"), ("wall", "nanoseconds"), ("cpu", "nanoseconds")]
     encoder = labels_of("encoder")
-    rows = [(v, l) for s, v, l in doc["samples"] if s == encoder[::-1]]   # pprof stacks are leaf first
-    assert rows == [([12, int(12 * TICK * 1e9), int(12 * TICK * 1e9)],
-                     {"phase": "forward", "layer": "Net.encoder (Encoder)", "process": "main (pid 100)",
-                      "thread": "MainThread (tid 100)"})]
+    rows = [
+        (v, labels) for s, v, labels in doc["samples"] if s == encoder[::-1]
+    ]  # pprof stacks are leaf first
+    assert rows == [
+        (
+            [12, int(12 * TICK * 1e9), int(12 * TICK * 1e9)],
+            {
+                "phase": "forward",
+                "layer": "Net.encoder (Encoder)",
+                "process": "main (pid 100)",
+                "thread": "MainThread (tid 100)",
+            },
+        )
+    ]
     by_phase: dict[str, int] = {}
     for _, values, labels in doc["samples"]:
         by_phase[labels["phase"]] = by_phase.get(labels["phase"], 0) + values[0]
     assert by_phase == {"data.wait": 8, "forward": 16, "other": 4 + 4, "backward": 8, "optimizer": 4}
-    assert doc["fields"][12] == int(TICK * 1e9)          # period: one sample at 100 Hz
-    if shutil.which("go"):   # the reference reader, where installed (scripts/setup.sh does not need it)
+    assert doc["fields"][12] == int(TICK * 1e9)  # period: one sample at 100 Hz
+    if shutil.which("go"):  # the reference reader, where installed (scripts/setup.sh does not need it)
         path = tmp_path / "p.pb.gz"
         path.write_bytes(data)
-        top = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=3", str(path)], capture_output=True,
-                             text=True, timeout=120)
+        top = subprocess.run(
+            ["go", "tool", "pprof", "-top", "-nodecount=3", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert top.returncode == 0, top.stderr
         assert "Type: wall" in top.stdout
         assert "linear (torch/nn/functional.py:2000)" in top.stdout
 
 
 def test_run_writes_requested_formats(write_script, tmp_path):
-    script = write_script("work.py", "import time\n"
-                                     "def spin(seconds):\n"
-                                     "    end = time.perf_counter() + seconds\n"
-                                     "    while time.perf_counter() < end:\n"
-                                     "        pass\n"
-                                     "spin(1.0)\n")
+    script = write_script(
+        "work.py",
+        "import time\n"
+        "def spin(seconds):\n"
+        "    end = time.perf_counter() + seconds\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n"
+        "spin(1.0)\n",
+    )
     out = tmp_path / "out"
     proc = run_flameprof("run", "-q", "-o", str(out), "--format", "speedscope,chrome,pprof,html", script)
     assert proc.returncode == 0, proc.stderr
@@ -266,7 +297,7 @@ def test_run_writes_requested_formats(write_script, tmp_path):
     assert len(spins) == 1 and spins[0][1] - spins[0][0] > 0.8e6
     cpu = [e["args"]["value"] for e in trace if e["ph"] == "C" and e["name"] == "CPU %"]
     rss = [e["args"]["value"] for e in trace if e["ph"] == "C" and e["name"] == "RSS (MiB)"]
-    assert len(cpu) >= 2 and min(cpu) >= 0 and max(cpu) > 0   # a busy loop, sampled every 100 ms
+    assert len(cpu) >= 2 and min(cpu) >= 0 and max(cpu) > 0  # a busy loop, sampled every 100 ms
     assert rss and min(rss) > 5
     doc = _decode_pprof((out / "profile.pb.gz").read_bytes())
     assert any(s[0] and s[0][0].startswith("spin (") for s in doc["samples"])
@@ -293,6 +324,7 @@ def test_a_runs_outputs_and_summary_share_one_analysis(tmp_path, monkeypatch):
         def wrapper(*args, **kwargs):
             calls[name] += 1
             return function(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(breakdown, "analyze", counting("analyze", breakdown.analyze))
@@ -301,7 +333,9 @@ def test_a_runs_outputs_and_summary_share_one_analysis(tmp_path, monkeypatch):
     rendering = Rendering(profile, OutputOptions(formats=("speedscope", "chrome", "pprof", "html")))
     paths = write_outputs(rendering, str(tmp_path))
     summary = format_summary(rendering, paths)
-    assert sorted(p.rsplit("/", 1)[1] for p in paths) == sorted("profile" + f.suffix for f in FORMATS.values())
+    assert sorted(p.rsplit("/", 1)[1] for p in paths) == sorted(
+        "profile" + f.suffix for f in FORMATS.values()
+    )
     assert all((tmp_path / p.rsplit("/", 1)[1]).stat().st_size > 0 for p in paths)
     assert "verdict:" in summary
     assert calls == {"analyze": 1, "classify": 1}

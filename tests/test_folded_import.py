@@ -22,14 +22,51 @@ from bench_render import generate  # noqa: E402
 # CRLF endings, empty frames, non-ASCII and invalid UTF-8 labels (two invalid bytes read as the same U+FFFD),
 # labels naming the same Frame, counts Python's float() reads in unusual spellings, and malformed lines.
 EDGE_LINES = [
-    b"# a comment", b"", b"   ", b"\t\x0b\x1c", "\u00a0\u2003".encode(), b"main;work (app.py:3) 5",
-    b"main;work (app.py:3);dot (numpy/core/x.py:7) 2\r", b"main;;work 1", b"main;caf\xc3\xa9 (caf\xc3\xa9.py:1) 3",
-    b"main;bad\xff 1", b"main;bad\xfe 4", b"f (a.py:0) 1", b"f (a.py) 2", b"main 1.5", b"main 1e3", b"main 1_000",
-    "main \u0663".encode(), b"main +5", b"main -0", b"main 0", b"main 12345678901234567890", b"main 5\t",
-    b"main;work (app.py:3) -1", b"main nan", b"main inf", b"main x", b"main", b" 5", b"\xc2\xa0 5", b"main 5 ",
-    b"#main 5", b"at::native::add_;std::vector<int>::push_back 7", b"\xef\xbb\xbfbom;main 1", b"a\rb 2",
+    b"# a comment",
+    b"",
+    b"   ",
+    b"\t\x0b\x1c",
+    "\u00a0\u2003".encode(),
+    b"main;work (app.py:3) 5",
+    b"main;work (app.py:3);dot (numpy/core/x.py:7) 2\r",
+    b"main;;work 1",
+    b"main;caf\xc3\xa9 (caf\xc3\xa9.py:1) 3",
+    b"main;bad\xff 1",
+    b"main;bad\xfe 4",
+    b"f (a.py:0) 1",
+    b"f (a.py) 2",
+    b"main 1.5",
+    b"main 1e3",
+    b"main 1_000",
+    "main \u0663".encode(),
+    b"main +5",
+    b"main -0",
+    b"main 0",
+    b"main 12345678901234567890",
+    b"main 5\t",
+    b"main;work (app.py:3) -1",
+    b"main nan",
+    b"main inf",
+    b"main x",
+    b"main",
+    b" 5",
+    b"\xc2\xa0 5",
+    b"main 5 ",
+    b"#main 5",
+    b"at::native::add_;std::vector<int>::push_back 7",
+    b"\xef\xbb\xbfbom;main 1",
+    b"a\rb 2",
 ]
-MALFORMED = {b"main;work (app.py:3) -1", b"main nan", b"main inf", b"main x", b"main", b" 5", b"\xc2\xa0 5", b"main 5 "}
+MALFORMED = {
+    b"main;work (app.py:3) -1",
+    b"main nan",
+    b"main inf",
+    b"main x",
+    b"main",
+    b" 5",
+    b"\xc2\xa0 5",
+    b"main 5 ",
+}
 
 
 def read_folded_bytes(data: bytes, source: str = "<stdin>", strict: bool = True):
@@ -43,8 +80,15 @@ def python_read(data: bytes, strict: bool = True):
 
 def assert_same_profile(a, b):
     assert a.frames == b.frames
-    for column in ("stack_parent", "stack_frame", "sample_stack", "sample_wall", "sample_cpu", "sample_time",
-                   "sample_thread"):
+    for column in (
+        "stack_parent",
+        "stack_frame",
+        "sample_stack",
+        "sample_wall",
+        "sample_cpu",
+        "sample_time",
+        "sample_thread",
+    ):
         x, y = getattr(a, column), getattr(b, column)
         assert x.dtype == y.dtype and np.array_equal(x, y), column
     assert a.meta == b.meta
@@ -54,7 +98,7 @@ def assert_same_profile(a, b):
 def edge_text(rng: random.Random, lines: int, malformed: bool) -> bytes:
     pool = [line for line in EDGE_LINES if malformed or line not in MALFORMED]
     body = b"\n".join(rng.choice(pool) for _ in range(lines))
-    return body + rng.choice([b"", b"\n", b"\r\n"])     # with and without a final newline
+    return body + rng.choice([b"", b"\n", b"\r\n"])  # with and without a final newline
 
 
 def test_both_readers_agree_on_every_kind_of_line():
@@ -90,12 +134,12 @@ def test_both_readers_stop_at_the_same_malformed_line(bad):
 def test_texts_naming_the_same_frame_share_it():
     profile = read_folded_bytes(b"main;f (a.py:0) 1\nmain;f (a.py) 2\nmain;bad\xff 1\nmain;bad\xfe 1\n")
     assert profile.frames == [Frame("main"), Frame("f", "a.py", 0), Frame("bad\ufffd")]
-    assert len(profile.stack_parent) == 3          # main, main;f, main;bad: one stack each
+    assert len(profile.stack_parent) == 3  # main, main;f, main;bad: one stack each
     assert profile.sample_wall.tolist() == [1, 2, 1, 1]
 
 
 def chunked(data: bytes, size: int) -> list[bytes]:
-    return [data[start:start + size] for start in range(0, len(data), size)]
+    return [data[start : start + size] for start in range(0, len(data), size)]
 
 
 def test_chunks_cut_anywhere_read_like_the_whole(monkeypatch):
@@ -103,7 +147,7 @@ def test_chunks_cut_anywhere_read_like_the_whole(monkeypatch):
     expected = read_folded_bytes(data)
     for size in (1, 2, 3, 7, 64, 1000):
         assert_same_profile(read_folded_chunks(chunked(data, size)), expected)
-    monkeypatch.setitem(sys.modules, "flameprof._folded", None)    # the Python reader, cut inside characters
+    monkeypatch.setitem(sys.modules, "flameprof._folded", None)  # the Python reader, cut inside characters
     for size in (1, 3, 1000):
         assert_same_profile(read_folded_chunks(chunked(data, size)), expected)
 
@@ -122,7 +166,7 @@ def test_a_generated_profile_renders_the_same_svg_by_both_readers(tmp_path):
 def test_without_the_c_reader_the_python_reader_is_used_silently(monkeypatch, capsys):
     data = edge_text(random.Random(10), 100, malformed=False)
     expected = read_folded_bytes(data, "in.folded")
-    monkeypatch.setitem(sys.modules, "flameprof._folded", None)    # import fails as when it was not built
+    monkeypatch.setitem(sys.modules, "flameprof._folded", None)  # import fails as when it was not built
     assert_same_profile(read_folded_bytes(data, "in.folded"), expected)
     assert capsys.readouterr().err == ""
     with pytest.raises(FlameprofError, match="in.folded:2: malformed"):

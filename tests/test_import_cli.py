@@ -7,14 +7,13 @@ import os
 import random
 
 import pytest
-
-from flameprof import cli
-from flameprof.model import storage
-from flameprof.collect.importers.detect import detect_format
-from flameprof.collect.importers.load import load_input
-
 from conftest import run_flameprof
 from test_import_perf import PERF_TEXT
+
+from flameprof import cli
+from flameprof.collect.importers.detect import detect_format
+from flameprof.collect.importers.load import load_input
+from flameprof.model import storage
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "import")
 FOLDED = "main (app.py:1);step (app.py:4) 2.5\nmain (app.py:1);load (data.py:7) 1\n"
@@ -22,8 +21,11 @@ PYSPY_THREADS = 'process 5:"python app.py";thread (5): MainThread;main (app.py:1
 
 
 def sample_inputs(tmp_path) -> dict[str, str]:
-    paths = {"perf": os.path.join(DATA, "perf_py312.txt"), "speedscope": os.path.join(DATA, "pyspy_speedscope.json"),
-             "pyspy": os.path.join(DATA, "pyspy_subprocesses.txt")}
+    paths = {
+        "perf": os.path.join(DATA, "perf_py312.txt"),
+        "speedscope": os.path.join(DATA, "pyspy_speedscope.json"),
+        "pyspy": os.path.join(DATA, "pyspy_subprocesses.txt"),
+    }
     folded = tmp_path / "stacks.folded"
     folded.write_text(FOLDED)
     paths["folded"] = str(folded)
@@ -32,7 +34,7 @@ def sample_inputs(tmp_path) -> dict[str, str]:
 
 def test_detect_format():
     assert detect_format(PERF_TEXT.encode()) == "perf"
-    assert detect_format(b"  \n{\"shared\": {}}") == "speedscope"
+    assert detect_format(b'  \n{"shared": {}}') == "speedscope"
     assert detect_format(PYSPY_THREADS.encode()) == "pyspy"
     assert detect_format(FOLDED.encode()) == "folded"
     assert detect_format(b"PK\x03\x04rest") == "flameprof"
@@ -73,8 +75,10 @@ def assert_error(code: int, err: str, needle: str) -> None:
 def test_forced_format_mismatch_is_one_error(tmp_path, capsys):
     path = tmp_path / "stacks.folded"
     path.write_text(FOLDED)
-    assert_error(*flameprof(capsys, "import", str(path), "--from", "speedscope", "-o", str(tmp_path / "x.flameprof")),
-                 "not valid speedscope JSON")
+    assert_error(
+        *flameprof(capsys, "import", str(path), "--from", "speedscope", "-o", str(tmp_path / "x.flameprof")),
+        "not valid speedscope JSON",
+    )
 
 
 def test_malformed_lines_warn_once_or_stop_strict(tmp_path, capsys):
@@ -86,8 +90,10 @@ def test_malformed_lines_warn_once_or_stop_strict(tmp_path, capsys):
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert warnings == [f"flameprof: warning: {path}: skipped 2 malformed line(s), first at line 3"]
     assert storage.load(out).meta["skipped_lines"] == 2
-    assert_error(*flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "strict.flameprof")),
-                 f"{path}:3: malformed folded line")
+    assert_error(
+        *flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "strict.flameprof")),
+        f"{path}:3: malformed folded line",
+    )
     assert not (tmp_path / "strict.flameprof").exists()
 
 
@@ -96,8 +102,10 @@ def test_perf_strict_names_the_line(tmp_path, capsys):
     lines = PERF_TEXT.splitlines(keepends=True)
     lines[6] = "?? not a stack line\n"
     path.write_text("".join(lines))
-    assert_error(*flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "x.flameprof")),
-                 f"{path}:7: unrecognized perf script line")
+    assert_error(
+        *flameprof(capsys, "import", str(path), "--strict", "-o", str(tmp_path / "x.flameprof")),
+        f"{path}:7: unrecognized perf script line",
+    )
 
 
 def test_load_input_reads_every_importable_format(tmp_path):
@@ -135,7 +143,7 @@ def mutations(data: bytes, rng: random.Random, count: int):
             yield bytes(buf)
         else:
             start = rng.randrange(len(data))
-            yield data[:start] + data[start + rng.randrange(1, 200):]
+            yield data[:start] + data[start + rng.randrange(1, 200) :]
 
 
 def test_import_never_tracebacks_on_damaged_input(tmp_path, capsys):
@@ -148,7 +156,7 @@ def test_import_never_tracebacks_on_damaged_input(tmp_path, capsys):
         for i, damaged in enumerate(mutations(data, rng, 20)):
             path.write_bytes(damaged)
             strict = ["--strict"] if i % 2 else []
-            code, err = flameprof(capsys, "import", str(path), "-o", str(out), *strict)   # raises on any bug
+            code, err = flameprof(capsys, "import", str(path), "-o", str(out), *strict)  # raises on any bug
             lines = err.splitlines()
             assert code == 0 or lines[-1].startswith("flameprof: error:"), (fmt, i, err)
             assert len(lines) <= 3 and all(line.startswith("flameprof: ") for line in lines), (fmt, i, err)

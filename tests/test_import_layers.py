@@ -81,9 +81,12 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_import_goes_down_the_flow():
-    wrong = sorted(f"{module} ({stage(module)}) imports {target} ({stage(target)})"
-                   for module, targets in graph().items() for target in targets
-                   if stage(target) not in ALLOWED[stage(module)])
+    wrong = sorted(
+        f"{module} ({stage(module)}) imports {target} ({stage(target)})"
+        for module, targets in graph().items()
+        for target in targets
+        if stage(target) not in ALLOWED[stage(module)]
+    )
     assert not wrong, "\n".join(wrong)
 
 
@@ -98,7 +101,7 @@ def test_no_import_cycles():
         for target in sorted(edges.get(node, ())):
             if state.get(target) == 1:
                 stack = path + [node]
-                cycles.append(" -> ".join(stack[stack.index(target):] + [target]))
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
             elif target not in state:
                 visit(target, path + [node])
         state[node] = 2

@@ -10,19 +10,24 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from flameprof.collect.importers.perf_script import (CollapseOptions, collapse_perf, format_collapsed, read_perf_script)
-from flameprof import cli
-from flameprof.errors import FlameprofError
-
 from conftest import run_flameprof
+
+from flameprof import cli
+from flameprof.collect.importers.perf_script import (
+    CollapseOptions,
+    collapse_perf,
+    format_collapsed,
+    read_perf_script,
+)
+from flameprof.errors import FlameprofError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "import")
 
 LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 TORCH = "/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so"
 # The same stack twice, the leaf at two instruction offsets (so two distinct lines).
-ADD_SAMPLES = "".join(f"""\
+ADD_SAMPLES = "".join(
+    f"""\
 python3 4242/4250 [000] {time}:    2002002 cpu-clock:ppp: 
 \t    7f00000a0b{pc} at::native::add_out(at::Tensor const&, at::Tensor const&)+0x{off} ({TORCH})
 \t    7f00000a0c00 (anonymous namespace)::wrapper_add<float>(at::Tensor)+0x9 ({TORCH})
@@ -31,7 +36,9 @@ python3 4242/4250 [000] {time}:    2002002 cpu-clock:ppp:
 \t    7f1a2b3c0000 [unknown] ({LIBC})
 \t               0 [unknown] ([unknown])
 
-""" for time, pc, off in (("100.001101", "0c", "40"), ("100.002102", "1d", "51")))
+"""
+    for time, pc, off in (("100.001101", "0c", "40"), ("100.002102", "1d", "51"))
+)
 PERF_TEXT = f"""\
 # ========
 # cmdline : /usr/bin/perf record -g python3 train.py
@@ -70,7 +77,7 @@ DEFAULT = [
 
 def collapse(text: str, chunk: int | None = None, **options) -> list[str]:
     data = text.encode()
-    chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
     out = collapse_perf(chunks, CollapseOptions(**options))
     return b"".join(format_collapsed(out)).decode().splitlines()
 
@@ -84,26 +91,59 @@ def test_default_collapse_matches_stackcollapse_perf():
     assert collapse(PERF_TEXT) == DEFAULT
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({"pid": True}, ["java-77;org/example/Foo:.bar 1001001", "pt_worker-4301;quoted:name;schedule 1",
-                     f"python3-4242;[unknown];[libc.so.6];{ADD} 4004004",
-                     f"python3-4242;{LOAD};entry_SYSCALL_64_after_hwframe 1001001"]),
-    ({"tid": True}, ["java-77/78;org/example/Foo:.bar 1001001", "pt_worker-4301/4301;quoted:name;schedule 1",
-                     f"python3-4242/4242;{LOAD};entry_SYSCALL_64_after_hwframe 1001001",
-                     f"python3-4242/4250;[unknown];[libc.so.6];{ADD} 4004004"]),
-    ({"kernel": True}, ["java;org/example/Foo:.bar 1001001", "pt_worker;quoted:name;schedule_[k] 1",
-                        f"python3;[unknown];[libc.so.6];{ADD} 4004004",
-                        f"python3;{LOAD};entry_SYSCALL_64_after_hwframe_[k] 1001001"]),
-    ({"jit": True}, ["java;org/example/Foo:.bar_[j] 1001001", "pt_worker;quoted:name_[j];schedule 1",
-                     f"python3;[unknown];[libc.so.6];{ADD.replace('model.py', 'model.py_[j]')} 4004004",
-                     "python3;py::<module>:/srv/app/train.py_[j];_PyEval_EvalFrameDefault;"
-                     "py::load_batch:/srv/app/data.py_[j];__libc_read;entry_SYSCALL_64_after_hwframe 1001001"]),
-    ({"addrs": True}, ["java;org/example/Foo:.bar 1001001", "pt_worker;quoted:name;schedule 1",
-                       f"python3;[unknown <0>];[libc.so.6 <7f1a2b3c0000>];{ADD} 4004004",
-                       f"python3;{LOAD};entry_SYSCALL_64_after_hwframe 1001001"]),
-    ({"event_filter": b"cycles"}, ["python3;__libc_read 500000"]),
-    ({"event_filter": b"cycles:"}, []),   # the event name as perf prints it, without the colon
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            {"pid": True},
+            [
+                "java-77;org/example/Foo:.bar 1001001",
+                "pt_worker-4301;quoted:name;schedule 1",
+                f"python3-4242;[unknown];[libc.so.6];{ADD} 4004004",
+                f"python3-4242;{LOAD};entry_SYSCALL_64_after_hwframe 1001001",
+            ],
+        ),
+        (
+            {"tid": True},
+            [
+                "java-77/78;org/example/Foo:.bar 1001001",
+                "pt_worker-4301/4301;quoted:name;schedule 1",
+                f"python3-4242/4242;{LOAD};entry_SYSCALL_64_after_hwframe 1001001",
+                f"python3-4242/4250;[unknown];[libc.so.6];{ADD} 4004004",
+            ],
+        ),
+        (
+            {"kernel": True},
+            [
+                "java;org/example/Foo:.bar 1001001",
+                "pt_worker;quoted:name;schedule_[k] 1",
+                f"python3;[unknown];[libc.so.6];{ADD} 4004004",
+                f"python3;{LOAD};entry_SYSCALL_64_after_hwframe_[k] 1001001",
+            ],
+        ),
+        (
+            {"jit": True},
+            [
+                "java;org/example/Foo:.bar_[j] 1001001",
+                "pt_worker;quoted:name_[j];schedule 1",
+                f"python3;[unknown];[libc.so.6];{ADD.replace('model.py', 'model.py_[j]')} 4004004",
+                "python3;py::<module>:/srv/app/train.py_[j];_PyEval_EvalFrameDefault;"
+                "py::load_batch:/srv/app/data.py_[j];__libc_read;entry_SYSCALL_64_after_hwframe 1001001",
+            ],
+        ),
+        (
+            {"addrs": True},
+            [
+                "java;org/example/Foo:.bar 1001001",
+                "pt_worker;quoted:name;schedule 1",
+                f"python3;[unknown <0>];[libc.so.6 <7f1a2b3c0000>];{ADD} 4004004",
+                f"python3;{LOAD};entry_SYSCALL_64_after_hwframe 1001001",
+            ],
+        ),
+        ({"event_filter": b"cycles"}, ["python3;__libc_read 500000"]),
+        ({"event_filter": b"cycles:"}, []),  # the event name as perf prints it, without the colon
+    ],
+)
 def test_collapse_options(options, expected):
     assert collapse(PERF_TEXT, **options) == expected
 
@@ -130,9 +170,11 @@ def test_chunk_boundaries_do_not_change_the_result():
 def test_line_by_line_path_for_irregular_blocks():
     # A comment inside a sample, a second header without a blank line before it (its frames join
     # the first sample's stack, as in the Perl loop) and several blank lines in a row.
-    text = ("pa 1 1.0: 5 cpu-clock: \n\t1 f+0x1 (/x)\n# note\n\t2 g (/x)\n"
-            "pb 2 2.0: 7 cpu-clock: \n\t3 h (/x)\n\n\n\n"
-            "pc 3 3.0: 1 cpu-clock: \n\t4 k (/x)\n\n")
+    text = (
+        "pa 1 1.0: 5 cpu-clock: \n\t1 f+0x1 (/x)\n# note\n\t2 g (/x)\n"
+        "pb 2 2.0: 7 cpu-clock: \n\t3 h (/x)\n\n\n\n"
+        "pc 3 3.0: 1 cpu-clock: \n\t4 k (/x)\n\n"
+    )
     assert collapse(text) == ["pb;h;g;f 7", "pc;k 1"]
 
 
@@ -156,11 +198,18 @@ def test_import_maps_threads_weights_and_python_frames():
     profile = read_perf_script([(PERF_TEXT + "\n").encode()], "perf.txt")
     assert profile.meta["weight_unit"] == "seconds" and profile.meta["event"] == "cpu-clock:ppp"
     threads = {(t.pid, t.tid): t.name for t in profile.threads}
-    assert threads == {(4242, 4242): "python3", (4242, 4250): "python3", (4301, 4301): "pt worker", (77, 78): "java"}
+    assert threads == {
+        (4242, 4242): "python3",
+        (4242, 4250): "python3",
+        (4301, 4301): "pt worker",
+        (77, 78): "java",
+    }
     # cpu-clock periods are nanoseconds: 1001001 + 2 * 2002002 + 1 (zero -> 1) + 1001001 + 1001001
     assert profile.sample_wall.sum() == pytest.approx((1001001 * 3 + 2002002 * 2 + 1) * 1e-9)
     assert profile.sample_time.min() == 0 and profile.sample_time.max() == pytest.approx(0.0059)
-    stacks = {tuple(profile.frames[f] for f in profile.stack_frames(s)) for s in set(profile.sample_stack.tolist())}
+    stacks = {
+        tuple(profile.frames[f] for f in profile.stack_frames(s)) for s in set(profile.sample_stack.tolist())
+    }
     forward = next(st for st in stacks if any(f.name == "forward" for f in st))
     assert [f.name for f in forward][-4:] == ["forward", "inner", "outer_[i]", "at::native::add_out"]
     py = next(f for f in forward if f.name == "forward")
@@ -168,7 +217,10 @@ def test_import_maps_threads_weights_and_python_frames():
     native = next(f for f in forward if f.name == "at::native::add_out")
     assert (native.kind, native.file) == ("native", TORCH)
     loads = next(st for st in stacks if any(f.name == "load_batch" for f in st))
-    assert [(f.name, f.kind) for f in loads][:2] == [("<module>", "python"), ("_PyEval_EvalFrameDefault", "native")]
+    assert [(f.name, f.kind) for f in loads][:2] == [
+        ("<module>", "python"),
+        ("_PyEval_EvalFrameDefault", "native"),
+    ]
     # an import keeps the final sample even without a blank line after it
     assert profile.num_samples == 6
 
@@ -200,14 +252,22 @@ case "$2" in
 esac
 """
 FAKE_NM = "#!/bin/sh\nprintf '0000000000000800 T bar\\n0000000000001000 T foo\\n'\n"
-INLINE_TEXT = ("prog 1 1.0: 1 cpu-clock: \n\t11d4 outer+0x44 (/x/prog)\n\tbeef foo+0x10 (/x/lib.so)\n"
-               "\t5 main+0x5 (/x/prog)\n\tffff schedule+0x1 ([kernel.kallsyms])\n\n")
+INLINE_TEXT = (
+    "prog 1 1.0: 1 cpu-clock: \n\t11d4 outer+0x44 (/x/prog)\n\tbeef foo+0x10 (/x/lib.so)\n"
+    "\t5 main+0x5 (/x/prog)\n\tffff schedule+0x1 ([kernel.kallsyms])\n\n"
+)
 
 
-@pytest.mark.parametrize("context, expected", [
-    (False, "prog;schedule;main;foo;helper;outer;middle;inner 1"),
-    (True, "prog;schedule;main;foo:lib.c:12;helper:lib.c:9;outer:prog.c:4;middle:prog.c:3;inner:prog.c:2 1"),
-])
+@pytest.mark.parametrize(
+    "context, expected",
+    [
+        (False, "prog;schedule;main;foo;helper;outer;middle;inner 1"),
+        (
+            True,
+            "prog;schedule;main;foo:lib.c:12;helper:lib.c:9;outer:prog.c:4;middle:prog.c:3;inner:prog.c:2 1",
+        ),
+    ],
+)
 def test_inline_uses_addr2line_then_nm(tmp_path, monkeypatch, context, expected):
     # addr2line's chain is reversed (outermost first), discriminators dropped; an unknown address
     # is found with nm from symbol+offset (0x1000 + 0x10); addr2line's ?? keeps the line as is

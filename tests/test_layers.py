@@ -1,13 +1,14 @@
 """Layer frames: nn.Module calls named by dotted path from the root module, from the stack alone."""
 
 import gc
+
 import pytest
 import torch
+from sampled import wait_for_samples
 from torch import nn
 
 from flameprof import Profiler
 from flameprof.collect.engine.layers import LayerNamer, index_tree
-from sampled import wait_for_samples
 
 
 @pytest.fixture(autouse=True, params=["native", "python"])
@@ -30,8 +31,9 @@ def layer_paths(profile):
     out = set()
     for sid in set(profile.sample_stack.tolist()):
         if sid >= 0:
-            names = tuple(profile.frames[f].name for f in profile.stack_frames(sid)
-                          if profile.frames[f].kind == "layer")
+            names = tuple(
+                profile.frames[f].name for f in profile.stack_frames(sid) if profile.frames[f].kind == "layer"
+            )
             if names:
                 out.add(names)
     return out

@@ -19,6 +19,8 @@ def test_import_flameprof_is_light():
 
 
 def test_cli_parser_and_sampler_are_light():
-    modules = imported_after("from flameprof.cli import build_parser\nbuild_parser()\n"
-                             "import flameprof.profiler, flameprof.collect.engine.python_sampler")
+    modules = imported_after(
+        "from flameprof.cli import build_parser\nbuild_parser()\n"
+        "import flameprof.profiler, flameprof.collect.engine.python_sampler"
+    )
     assert not set(HEAVY) & modules

@@ -5,17 +5,16 @@ import time
 
 import numpy as np
 import pytest
+from conftest import assert_one_error_line, run_flameprof
 from synthetic import PHASE_STACKS, TORCH, training_profile
 
-from flameprof.model import storage
-from flameprof.model.merge import merge_profiles
 from flameprof.analyze.processes import analyze_processes, process_lines, processes_report
 from flameprof.collect.jobs.parts import PartWriter, part_files
 from flameprof.collect.jobs.tree import ProcessTree
-from flameprof.model.profile import Frame, Mark, ProcessInfo
+from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
-
-from conftest import assert_one_error_line, run_flameprof
+from flameprof.model.merge import merge_profiles
+from flameprof.model.profile import Frame, Mark, ProcessInfo
 
 WORKER_LOOP = Frame("_worker_loop", TORCH + "utils/data/_utils/worker.py", 200)
 FETCH = Frame("_MapDatasetFetcher.fetch", TORCH + "utils/data/_utils/fetch.py", 40)
@@ -68,7 +67,9 @@ def test_same_pid_and_tid_on_two_hosts_stay_apart_and_remerging_adds_no_roots():
     assert roots(merged) == pytest.approx({"main on node-a": 0.04, "main on node-b": 0.02})
     assert merged.meta["hosts"] == ["node-a", "node-b"]
     again = merge_profiles([merged, single(999.0, 7, "node-c", [PHASE_STACKS["head"]])])
-    assert roots(again) == pytest.approx({"main on node-a": 0.04, "main on node-b": 0.02, "main on node-c": 0.01})
+    assert roots(again) == pytest.approx(
+        {"main on node-a": 0.04, "main on node-b": 0.02, "main on node-c": 0.01}
+    )
     assert again.meta["start_time"] == 999.0
     assert again.sample_time.min() == pytest.approx(0.01)
 
@@ -85,7 +86,9 @@ def test_a_single_process_is_left_without_a_root_and_unused_tables_are_dropped()
 
 
 def test_merge_command_keeps_both_hosts(tmp_path, write_script):
-    script = write_script("work.py", "import time\nend = time.time() + 0.3\nwhile time.time() < end:\n    pass\n")
+    script = write_script(
+        "work.py", "import time\nend = time.time() + 0.3\nwhile time.time() < end:\n    pass\n"
+    )
     for name in ("a", "b"):
         proc = run_flameprof("run", "-q", "--no-subprocesses", "-o", str(tmp_path / name), script)
         assert proc.returncode == 0, proc.stderr
@@ -93,8 +96,13 @@ def test_merge_command_keeps_both_hosts(tmp_path, write_script):
     other.meta["host"] = "node-b"  # as if taken on another machine
     storage.save(other, tmp_path / "b" / "profile.flameprof")
     out = tmp_path / "all.flameprof"
-    proc = run_flameprof("merge", str(tmp_path / "a" / "profile.flameprof"), str(tmp_path / "b" / "profile.flameprof"),
-                         "-o", str(out))
+    proc = run_flameprof(
+        "merge",
+        str(tmp_path / "a" / "profile.flameprof"),
+        str(tmp_path / "b" / "profile.flameprof"),
+        "-o",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "2 processes on 2 host(s)" in proc.stderr
     merged = storage.load(out)
@@ -102,9 +110,13 @@ def test_merge_command_keeps_both_hosts(tmp_path, write_script):
     assert "node-b" in hosts and len(hosts) == 2
     assert set(roots(merged)) == {f"main on {h}" for h in hosts}
 
-    assert_one_error_line(run_flameprof("merge", str(tmp_path / "nope.flameprof"), "-o", str(out)), "nope.flameprof")
+    assert_one_error_line(
+        run_flameprof("merge", str(tmp_path / "nope.flameprof"), "-o", str(out)), "nope.flameprof"
+    )
     (tmp_path / "bad.flameprof").write_bytes(b"PK\x03\x04 truncated")
-    assert_one_error_line(run_flameprof("merge", str(tmp_path / "bad.flameprof"), "-o", str(out)), "bad.flameprof")
+    assert_one_error_line(
+        run_flameprof("merge", str(tmp_path / "bad.flameprof"), "-o", str(out)), "bad.flameprof"
+    )
     assert_one_error_line(run_flameprof("merge", str(out), "-o", str(tmp_path / "x.svg")), ".flameprof")
 
 
@@ -115,18 +127,25 @@ def test_part_writer_writes_new_samples_atomically_readable_by_storage(tmp_path)
     writer = PartWriter(str(tmp_path), b, "host", 5)
     b.add_stack_sample(PHASE_STACKS["head"], 0.02, t, time=0.03, cpu=0.005)
     b.marks.append(Mark(0.03, t, "step"))
-    writer.write(ProcessInfo(5, "", "host", "python x.py", 1), {"pid": 5, "start_time": 7.0}, {"rss": ([0.02], [1e6])})
+    writer.write(
+        ProcessInfo(5, "", "host", "python x.py", 1), {"pid": 5, "start_time": 7.0}, {"rss": ([0.02], [1e6])}
+    )
     b.add_stack_sample(PHASE_STACKS["backward"], 0.01, t, time=0.04)
-    writer.write(ProcessInfo(5, "rank 0", "host", "python x.py", 1), {"pid": 5, "start_time": 7.0}, {}, final=True)
+    writer.write(
+        ProcessInfo(5, "rank 0", "host", "python x.py", 1), {"pid": 5, "start_time": 7.0}, {}, final=True
+    )
     assert part_files(str(tmp_path)) == [str(tmp_path / "part-host-5.flameprof")]
     assert os.listdir(tmp_path) == ["part-host-5.flameprof"]
     part = storage.load(tmp_path / "part-host-5.flameprof")
-    assert part.meta["final"] is True and part.processes == [ProcessInfo(5, "rank 0", "host", "python x.py", 1)]
+    assert part.meta["final"] is True and part.processes == [
+        ProcessInfo(5, "rank 0", "host", "python x.py", 1)
+    ]
     assert part.sample_time.tolist() == [0.03, 0.04] and part.sample_wall.tolist() == [0.02, 0.01]
     assert part.sample_cpu.tolist() == [0.005, 0.01]
     assert [m.name for m in part.marks] == ["step"]
-    assert [part.frames[f].name for f in part.stack_frames(int(part.sample_stack[1]))] == \
-        [f.name for f in PHASE_STACKS["backward"]]
+    assert [part.frames[f].name for f in part.stack_frames(int(part.sample_stack[1]))] == [
+        f.name for f in PHASE_STACKS["backward"]
+    ]
 
 
 def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path):
@@ -166,8 +185,13 @@ def test_collect_warns_once_per_bad_part_and_keeps_the_rest(tmp_path, capsys):
 
 
 def worker_profile(start_time, pid, busy_ticks, idle_ticks, role="dataloader worker 0"):
-    return single(start_time, pid, "h", [[WORKER_LOOP, FETCH, GETITEM]] * busy_ticks + [[WORKER_LOOP, QUEUE_GET]] * idle_ticks,
-                  role=role)
+    return single(
+        start_time,
+        pid,
+        "h",
+        [[WORKER_LOOP, FETCH, GETITEM]] * busy_ticks + [[WORKER_LOOP, QUEUE_GET]] * idle_ticks,
+        role=role,
+    )
 
 
 def test_workers_busy_and_idle_while_main_waits_for_data():
@@ -199,4 +223,6 @@ def test_slowest_rank_is_named_with_its_excess():
     by_role = {loop["role"]: loop for loop in report["loops"]}
     assert by_role["rank 1"]["phase_per_step"]["forward"] == pytest.approx(0.07)
     assert by_role["rank 0"]["step_p50"] == pytest.approx(0.10)
-    assert report["lines"][-1].startswith("slowest rank: rank 1, p50 step 120.0 ms, 20% (20.0 ms) slower than rank 0")
+    assert report["lines"][-1].startswith(
+        "slowest rank: rank 1, p50 step 120.0 ms, 20% (20.0 ms) slower than rank 0"
+    )

@@ -12,16 +12,16 @@ import time
 from collections import Counter
 
 import pytest
-
 from conftest import REPO
+
 from flameprof import _native
 from flameprof.collect.engine import choose_sampler
-from flameprof.collect.engine.choose_sampler import make_sampler
 from flameprof.collect.engine.c_sampler import CSampler
+from flameprof.collect.engine.choose_sampler import make_sampler
 from flameprof.collect.engine.interning import MAX_DEPTH
 from flameprof.collect.engine.python_sampler import PythonSampler
-from flameprof.model.records import Frame
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.records import Frame
 
 FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
 
@@ -29,8 +29,9 @@ FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
 class Parked:
     """A thread parked at a known stack: ``target -> level_1 .. level_n -> Event.wait``."""
 
-    def __init__(self, depth: int = 3, name: str = "parked", scope: Frame | None = None,
-                 scopes: dict | None = None) -> None:
+    def __init__(
+        self, depth: int = 3, name: str = "parked", scope: Frame | None = None, scopes: dict | None = None
+    ) -> None:
         self.release = threading.Event()
         self.ready = threading.Event()
         self.depth = depth
@@ -51,7 +52,7 @@ class Parked:
         self.ready.set()
         self.release.wait()
 
-    def __enter__(self) -> "Parked":
+    def __enter__(self) -> Parked:
         self.thread.start()
         assert self.ready.wait(10)
         return self
@@ -229,8 +230,10 @@ def test_hot_stacks_agree_between_samplers_running_together():
         while not stop.is_set():
             time.sleep(0.001)
 
-    threads = [threading.Thread(target=spin_a, name="spinner", daemon=True),
-               threading.Thread(target=spin_b, name="sleeper", daemon=True)]
+    threads = [
+        threading.Thread(target=spin_a, name="spinner", daemon=True),
+        threading.Thread(target=spin_b, name="sleeper", daemon=True),
+    ]
     samplers = [PythonSampler(ProfileBuilder(), rate=200), CSampler(ProfileBuilder(), rate=200)]
     try:
         for t in threads:
@@ -320,7 +323,7 @@ def test_own_frames_are_skipped_and_boundary_drops_everything_rootward():
         sampler.boundary_codes.add(namespace["runner"].__code__)
         stacks = []
 
-        def target():
+        def target(sampler=sampler, stacks=stacks):
             sampler.sample()
             stacks.append(stacks_by_thread(sampler.builder)[threading.current_thread().name])
 
@@ -358,7 +361,7 @@ def test_deep_recursion_is_truncated_with_a_marker():
     assert len(stack) == MAX_DEPTH
     total = MAX_DEPTH - 1 + int(stack[-1].strip("[").split()[0])
     assert stack[-1].endswith("frames truncated]") and total >= depth
-    assert stack[:MAX_DEPTH - 1].count(LEVEL) == MAX_DEPTH - 1 - stack.index(LEVEL)
+    assert stack[: MAX_DEPTH - 1].count(LEVEL) == MAX_DEPTH - 1 - stack.index(LEVEL)
 
 
 def descend(n: int, parked: threading.Semaphore, resume: threading.Event) -> None:
@@ -391,6 +394,7 @@ def test_frames_of_known_code_are_walked_without_making_frame_objects():
     (stacks,) = [c for name, c in stacks_by_thread(sampler.builder).items() if name == "descender"]
     (stack,) = stacks  # the walk in place gives the stack the first walk gave
     assert stacks[stack] == 2 and stack.count(frame_name(descend)) == 41
+
 
 def test_threads_starting_and_ending_while_sampling_at_high_rate():
     sampler = CSampler(ProfileBuilder(), rate=2000)
@@ -449,7 +453,7 @@ def test_main_thread_running_python_takes_its_own_samples_without_a_gil_hand_ove
     """)
     assert proc.returncode == 0, proc.stderr
     by_pending, by_clock, frozen = map(int, proc.stdout.split())
-    assert by_pending >= 100, (by_pending, by_clock)   # about 300 ticks of spinning at 500 Hz
+    assert by_pending >= 100, (by_pending, by_clock)  # about 300 ticks of spinning at 500 Hz
     # About 100 ticks of sleep: nobody holds the GIL, and the clock samples the frozen interpreter.
     # (On a loaded machine it also samples the ticks at which the main thread, holding the GIL,
     # waited for a CPU and could not answer.)
@@ -497,8 +501,14 @@ def test_one_native_clock_per_process():
 
 def run_script(source: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO, FLAMEPROF_NATIVE="1")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def test_fork_while_sampling_does_not_hang_and_child_can_restart():

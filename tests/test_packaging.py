@@ -25,9 +25,23 @@ def test_wheel_ships_the_files_read_at_run_time(tmp_path):
         shutil.copytree(f"{REPO}/{name}", source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(f"{REPO}/{name}", source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(source)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     [wheel] = (tmp_path / "dist").glob("flameprof_dl-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [name for name in READ_AT_RUN_TIME if name not in names]

@@ -10,7 +10,12 @@ from __future__ import annotations
 import pytest
 
 from flameprof import cli
-from flameprof.collect.importers.perf_script import CollapseOptions, collapse_perf, format_collapsed, read_perf_script
+from flameprof.collect.importers.perf_script import (
+    CollapseOptions,
+    collapse_perf,
+    format_collapsed,
+    read_perf_script,
+)
 
 LIBZ = "/usr/lib/libz.so.1"
 # Sample 1: kernel srcline "[kernel.kallsyms][addr]" adds nothing; an a->b chain reads two source
@@ -68,27 +73,53 @@ python3 100/100 [000] 1.000006:    2000 cpu-clock:ppp:
 python3 100/100 [000] 1.000007:    3000 cpu-clock:ppp: 
 \t          709b deflate+0x18b ({LIBZ})
 """
-FIRST = ("_PyEval_EvalFrameDefault:ceval.c:5376;{foo}:??:0;{unknown};zlib_compress_impl:zlibmodule.c:120;"
-         "zlib_compress_[i]:zlibmodule.c:88;deflate:deflate.c:1011;entry_SYSCALL_64{k} 1000")
+FIRST = (
+    "_PyEval_EvalFrameDefault:ceval.c:5376;{foo}:??:0;{unknown};zlib_compress_impl:zlibmodule.c:120;"
+    "zlib_compress_[i]:zlibmodule.c:88;deflate:deflate.c:1011;entry_SYSCALL_64{k} 1000"
+)
 FOURTH = f"f:gh:x.c:1;2;.c:58:709b deflate+0x18b ({LIBZ}) 1000"
 
 
 def collapse(text: str, chunk: int | None = None, **options) -> list[str]:
     data = text.encode()
-    chunks = [data[i:i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
-    return b"".join(format_collapsed(collapse_perf(chunks, CollapseOptions(srcline=True, **options)))).decode() \
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)] if chunk else [data]
+    return (
+        b"".join(format_collapsed(collapse_perf(chunks, CollapseOptions(srcline=True, **options))))
+        .decode()
         .splitlines()
+    )
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({}, ["python3;" + FIRST.format(foo="[libfoo.so]", unknown="[unknown]", k=""),
-          "python3;deflate:deflate.c:1011 1000", "python3;" + FOURTH]),
-    ({"kernel": True, "jit": True}, ["python3;" + FIRST.format(foo="[libfoo.so]", unknown="[unknown]", k="_[k]"),
-                                     "python3;deflate:deflate.c:1011 1000", "python3;" + FOURTH]),
-    ({"tid": True, "addrs": True}, [
-        "python3-100/100;" + FIRST.format(foo="[libfoo.so <7f00000001>]", unknown="[unknown <7f00000000>]", k=""),
-        "python3-100/100;" + FOURTH, "python3-100/101;deflate:deflate.c:1011 1000"]),
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        (
+            {},
+            [
+                "python3;" + FIRST.format(foo="[libfoo.so]", unknown="[unknown]", k=""),
+                "python3;deflate:deflate.c:1011 1000",
+                "python3;" + FOURTH,
+            ],
+        ),
+        (
+            {"kernel": True, "jit": True},
+            [
+                "python3;" + FIRST.format(foo="[libfoo.so]", unknown="[unknown]", k="_[k]"),
+                "python3;deflate:deflate.c:1011 1000",
+                "python3;" + FOURTH,
+            ],
+        ),
+        (
+            {"tid": True, "addrs": True},
+            [
+                "python3-100/100;"
+                + FIRST.format(foo="[libfoo.so <7f00000001>]", unknown="[unknown <7f00000000>]", k=""),
+                "python3-100/100;" + FOURTH,
+                "python3-100/101;deflate:deflate.c:1011 1000",
+            ],
+        ),
+    ],
+)
 def test_srcline_matches_stackcollapse_perf(options, expected, capsys):
     assert collapse(SRCLINE_TEXT, **options) == expected
     err = capsys.readouterr().err
@@ -103,8 +134,13 @@ def test_srcline_is_independent_of_chunk_boundaries():
 
 def test_without_srcline_the_source_lines_are_unrecognized(capsys):
     plain = collapse_perf([SRCLINE_TEXT.encode()])
-    assert plain[b"python3;_PyEval_EvalFrameDefault;[libfoo.so];[unknown];zlib_compress_impl;zlib_compress_[i];"
-                 b"deflate;entry_SYSCALL_64"] == 1000
+    assert (
+        plain[
+            b"python3;_PyEval_EvalFrameDefault;[libfoo.so];[unknown];zlib_compress_impl;zlib_compress_[i];"
+            b"deflate;entry_SYSCALL_64"
+        ]
+        == 1000
+    )
     assert "unrecognized perf script line" in capsys.readouterr().err
 
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flameprof.analyze.phases import (LEAF_PHASES, Classifier, layer_of_stacks, parse_rule, phase_of_samples,
-                                      phase_of_stacks, profile_rules)
+from flameprof.analyze.phases import (
+    LEAF_PHASES,
+    Classifier,
+    layer_of_stacks,
+    parse_rule,
+    phase_of_samples,
+    phase_of_stacks,
+    profile_rules,
+)
 from flameprof.analyze.views import display_stacks
 from flameprof.errors import FlameprofError
-from flameprof.model.profile import Frame
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 MODULE = Frame("<module>", "/work/train.py", 1)
@@ -54,32 +61,52 @@ def test_builtin_rules_classify_each_phase():
         [MODULE, LOG],
         [MODULE],
     )
-    assert got == ["data.fetch", "data.wait", "forward", "backward", "optimizer", "optimizer", "sync", "other",
-                   "other"]
+    assert got == [
+        "data.fetch",
+        "data.wait",
+        "forward",
+        "backward",
+        "optimizer",
+        "optimizer",
+        "sync",
+        "other",
+        "other",
+    ]
 
 
 def test_priority_data_beats_forward_and_backward_beats_forward():
     transform = [MODULE, NEXT, SINGLE, FETCH, GETITEM, CALL, Frame("Normalize.forward", "/work/t.py", 3)]
-    recompute = [MODULE, TENSOR_BACKWARD, ENGINE, Frame("CheckpointFunction.backward", "/x.py", 1), CALL, LINEAR]
+    recompute = [
+        MODULE,
+        TENSOR_BACKWARD,
+        ENGINE,
+        Frame("CheckpointFunction.backward", "/x.py", 1),
+        CALL,
+        LINEAR,
+    ]
     sync_in_forward = [MODULE, CALL, LAYER, LINEAR, SYNC]
     assert classify(transform, recompute, sync_in_forward) == ["data.fetch", "backward", "sync"]
 
 
 def test_user_rule_beats_builtins_and_innermost_user_rule_wins():
     rules = [parse_rule("other=train.py:log_metrics"), parse_rule("sync=*.item_like")]
-    got = classify([MODULE, CALL, LAYER, LINEAR, LOG],
-                   [MODULE, LOG, Frame("Metric.item_like", "/work/m.py", 5)],
-                   rules=rules)
+    got = classify(
+        [MODULE, CALL, LAYER, LINEAR, LOG],
+        [MODULE, LOG, Frame("Metric.item_like", "/work/m.py", 5)],
+        rules=rules,
+    )
     assert got == ["other", "sync"]
 
 
 def test_declared_scope_phase_and_saved_rules_from_meta():
     scope = Frame("load batch", kind="scope")
     meta = {"scope_phases": {"load batch": "data"}, "phase_rules": ["data.wait=train.py:wait_for_queue"]}
-    got = classify([MODULE, scope, Frame("decode", "/work/io.py", 3)],
-                   [MODULE, Frame("wait_for_queue", "/work/train.py", 90)],
-                   [MODULE, Frame("load batch", "/work/x.py", 1)],  # a function, not the scope
-                   meta=meta)
+    got = classify(
+        [MODULE, scope, Frame("decode", "/work/io.py", 3)],
+        [MODULE, Frame("wait_for_queue", "/work/train.py", 90)],
+        [MODULE, Frame("load batch", "/work/x.py", 1)],  # a function, not the scope
+        meta=meta,
+    )
     assert got == ["data.fetch", "data.wait", "other"]
 
 
@@ -109,7 +136,9 @@ def test_stack_classification_is_per_stack_and_matches_frame_walk():
     per_stack = phase_of_stacks(profile)
     c = Classifier(profile_rules(profile))
     for sid in range(len(profile.stack_parent)):
-        assert LEAF_PHASES[per_stack[sid]] == c.classify([profile.frames[f] for f in profile.stack_frames(sid)])
+        assert LEAF_PHASES[per_stack[sid]] == c.classify(
+            [profile.frames[f] for f in profile.stack_frames(sid)]
+        )
     samples = phase_of_samples(profile)
     assert LEAF_PHASES[samples[-1]] == "other"  # the empty stack
     assert np.array_equal(samples[:-1], per_stack[profile.sample_stack[:-1]])
@@ -120,21 +149,39 @@ def test_stack_classification_is_per_stack_and_matches_frame_walk():
 def _views_profile():
     b = ProfileBuilder()
     t = b.thread_id(1, 1)
-    b.add_stack_sample([MODULE, CALL, LAYER, CALL, Frame("Net.fc.act (ReLU)", kind="layer"),
-                        Frame("relu", TORCH + "nn/functional.py", 1)], 0.3, t)
+    b.add_stack_sample(
+        [
+            MODULE,
+            CALL,
+            LAYER,
+            CALL,
+            Frame("Net.fc.act (ReLU)", kind="layer"),
+            Frame("relu", TORCH + "nn/functional.py", 1),
+        ],
+        0.3,
+        t,
+    )
     b.add_stack_sample([MODULE, NEXT, MULTI, TRY_GET, QUEUE_GET], 0.5, t)
     b.add_stack_sample([MODULE, Frame("epoch", kind="scope"), LOG], 0.2, t)
     return b.build()
 
 
 def test_layers_view_keeps_layers_scopes_and_the_leaf():
-    got = {tuple(f.name for f in frames): round(w, 6) for frames, w in display_stacks(_views_profile(), view="layers")}
-    assert got == {("Net.fc (Linear)", "Net.fc.act (ReLU)", "relu"): 0.3, ("Queue.get",): 0.5,
-                   ("epoch", "log_metrics"): 0.2}
+    got = {
+        tuple(f.name for f in frames): round(w, 6)
+        for frames, w in display_stacks(_views_profile(), view="layers")
+    }
+    assert got == {
+        ("Net.fc (Linear)", "Net.fc.act (ReLU)", "relu"): 0.3,
+        ("Queue.get",): 0.5,
+        ("epoch", "log_metrics"): 0.2,
+    }
 
 
 def test_phases_view_puts_the_phase_at_the_root():
-    got = {tuple(f.name for f in frames[:3]): w for frames, w in display_stacks(_views_profile(), view="phases")}
+    got = {
+        tuple(f.name for f in frames[:3]): w for frames, w in display_stacks(_views_profile(), view="phases")
+    }
     assert got[("forward", "<module>", "Module._call_impl")] == pytest.approx(0.3)
     assert got[("data", "data.wait", "<module>")] == pytest.approx(0.5)
     assert got[("other", "<module>", "epoch")] == pytest.approx(0.2)
@@ -244,8 +291,13 @@ def test_phases_of_a_loop_whose_data_loading_blocks_match_its_own_timers():
     from flameprof.profiler import Profiler
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
-                                torch.nn.ReLU(), torch.nn.Linear(512, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 4),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = iter(DataLoader(_PreparedItems(), batch_size=4, num_workers=1))
     next(batches)  # the worker's start-up, outside the window
@@ -271,9 +323,17 @@ def test_phases_of_a_loop_whose_data_loading_blocks_match_its_own_timers():
     phases = phase_of_samples(profile)[mine]
     wall = profile.sample_wall[mine]
     total = wall.sum()
-    measured = {"data": wall[np.isin(phases, [LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch")])].sum(),
-                **{p: wall[phases == LEAF_PHASES.index(p)].sum() for p in ("forward", "backward", "optimizer")}}
+    measured = {
+        "data": wall[
+            np.isin(phases, [LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch")])
+        ].sum(),
+        **{p: wall[phases == LEAF_PHASES.index(p)].sum() for p in ("forward", "backward", "optimizer")},
+    }
     truth_total = now - start
     assert spent["data"] / truth_total > 0.2  # the loop did wait for its data
     for phase in spent:
-        assert abs(100 * (measured[phase] / total - spent[phase] / truth_total)) <= 3, (phase, spent, measured)
+        assert abs(100 * (measured[phase] / total - spent[phase] / truth_total)) <= 3, (
+            phase,
+            spent,
+            measured,
+        )

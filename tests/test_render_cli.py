@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 from conftest import assert_one_error_line, run_flameprof
 
 from flameprof.model import storage
-from flameprof.model.profile import Frame
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame
 
 SVG = "{http://www.w3.org/2000/svg}"
 FOLDED = "main (app.py:1);work (app.py:10) 7\nmain (app.py:1);idle (app.py:20) 3\nmain (app.py:1) 2\n"
@@ -55,7 +55,7 @@ def test_render_a_flameprof_profile_in_each_mode(tmp_path):
         assert proc.returncode == 0, proc.stderr
         names = frame_names(out)
         assert names["busy (app.py:5)"] == "4"
-        assert ("wait (app.py:9)" in names) == (mode != "cpu")   # no CPU time, no frame
+        assert ("wait (app.py:9)" in names) == (mode != "cpu")  # no CPU time, no frame
     assert "1.04 s of wall time, 5 samples" in (tmp_path / "wall.svg").read_text()
 
 
@@ -65,14 +65,18 @@ def test_malformed_folded_line_is_one_error_with_its_line_number(tmp_path):
     out = tmp_path / "out.svg"
     proc = run_flameprof("render", str(src), "-o", str(out))
     assert_one_error_line(proc, "bad.folded:3", "malformed")
-    assert sorted(os.listdir(tmp_path)) == ["bad.folded"]       # nothing half-written left behind
+    assert sorted(os.listdir(tmp_path)) == ["bad.folded"]  # nothing half-written left behind
 
 
 def test_bad_paths_are_one_error_line(tmp_path):
     src = tmp_path / "s.folded"
     src.write_text(FOLDED)
-    assert_one_error_line(run_flameprof("render", str(tmp_path / "missing.folded"), "-o", str(tmp_path / "x.svg")),
-                          "missing.folded")
-    assert_one_error_line(run_flameprof("render", str(src), "-o", str(tmp_path / "no" / "dir.svg")), "cannot write")
+    assert_one_error_line(
+        run_flameprof("render", str(tmp_path / "missing.folded"), "-o", str(tmp_path / "x.svg")),
+        "missing.folded",
+    )
+    assert_one_error_line(
+        run_flameprof("render", str(src), "-o", str(tmp_path / "no" / "dir.svg")), "cannot write"
+    )
     assert_one_error_line(run_flameprof("render", str(src)), "-o")
     assert sorted(os.listdir(tmp_path)) == ["s.folded"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import assert_one_error_line, run_flameprof
-from flameprof.model import storage
+
 from flameprof.analyze.advice import verdict_level
-from flameprof.model.profile import Frame, Mark
+from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame, Mark
 from flameprof.render.report import render_report, report_data
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
@@ -18,14 +18,30 @@ DL = TORCH + "utils/data/dataloader.py"
 MODULE = Frame("<module>", "/work/train.py", 1)
 NEXT = Frame("_BaseDataLoaderIter.__next__", DL, 720)
 STACKS = {
-    "fetch": [MODULE, NEXT, Frame("_SingleProcessDataLoaderIter._next_data", DL, 783),
-              Frame("Images.__getitem__", "/work/train.py", 20)],
-    "wait": [MODULE, NEXT, Frame("_MultiProcessingDataLoaderIter._next_data", DL, 1468),
-             Frame("_MultiProcessingDataLoaderIter._try_get_data", DL, 1278)],
-    "forward": [MODULE, Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
-                Frame("Net.fc (Linear)", kind="layer"), Frame("Linear.forward", TORCH + "nn/modules/linear.py", 130)],
-    "dropout": [MODULE, Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
-                Frame("Net.drop (Dropout)", kind="layer"), Frame("Dropout.forward", TORCH + "nn/modules/dropout.py", 70)],
+    "fetch": [
+        MODULE,
+        NEXT,
+        Frame("_SingleProcessDataLoaderIter._next_data", DL, 783),
+        Frame("Images.__getitem__", "/work/train.py", 20),
+    ],
+    "wait": [
+        MODULE,
+        NEXT,
+        Frame("_MultiProcessingDataLoaderIter._next_data", DL, 1468),
+        Frame("_MultiProcessingDataLoaderIter._try_get_data", DL, 1278),
+    ],
+    "forward": [
+        MODULE,
+        Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
+        Frame("Net.fc (Linear)", kind="layer"),
+        Frame("Linear.forward", TORCH + "nn/modules/linear.py", 130),
+    ],
+    "dropout": [
+        MODULE,
+        Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782),
+        Frame("Net.drop (Dropout)", kind="layer"),
+        Frame("Dropout.forward", TORCH + "nn/modules/dropout.py", 70),
+    ],
     "backward": [MODULE, Frame("Tensor.backward", TORCH + "_tensor.py", 566)],
     "sync": [MODULE, Frame("synchronize", TORCH + "cuda/__init__.py", 1080)],
     "plain": [MODULE, Frame("work", "/work/app.py", 5)],
@@ -51,14 +67,18 @@ def stepped(step: dict[str, float], steps: int = 4, marks: bool = True):
     return b.build()
 
 
-@pytest.mark.parametrize("share, level", [(0.199, "moderately"), (0.2, "highly"), (0.05, "moderately"),
-                                          (0.0499, "not"), (0.0, "not")])
+@pytest.mark.parametrize(
+    "share, level",
+    [(0.199, "moderately"), (0.2, "highly"), (0.05, "moderately"), (0.0499, "not"), (0.0, "not")],
+)
 def test_verdict_level_thresholds(share, level):
     assert verdict_level(share) == level
 
 
-@pytest.mark.parametrize("data, compute, level", [(199, 801, "moderately"), (1, 4, "highly"), (1, 19, "moderately"),
-                                                  (1, 20, "not")])
+@pytest.mark.parametrize(
+    "data, compute, level",
+    [(199, 801, "moderately"), (1, 4, "highly"), (1, 19, "moderately"), (1, 20, "not")],
+)
 def test_verdict_from_steady_state_steps(data, compute, level):
     verdict = report_data(stepped({"fetch": data, "forward": compute}))["verdict"]
     assert verdict["level"] == level
@@ -96,7 +116,9 @@ def test_advice_names_the_fix_for_what_the_profile_shows():
     single = report_data(stepped({"fetch": 3, "forward": 7}))["verdict"]["advice"]
     assert any("num_workers" in a for a in single)
     waiting = report_data(stepped({"wait": 3, "forward": 7}))["verdict"]["advice"]
-    assert any("prefetch_factor" in a for a in waiting) and not any("in the training process" in a for a in waiting)
+    assert any("prefetch_factor" in a for a in waiting) and not any(
+        "in the training process" in a for a in waiting
+    )
     syncing = report_data(stepped({"forward": 90, "sync": 10}))["verdict"]["advice"]
     assert any(".item()" in a for a in syncing)
     inference = report_data(stepped({"forward": 90, "dropout": 10}))["verdict"]["advice"]
@@ -105,12 +127,20 @@ def test_advice_names_the_fix_for_what_the_profile_shows():
     assert not any("Dropout" in a for a in training)
     assert report_data(stepped({"forward": 99, "fetch": 1}))["verdict"]["advice"] == []
     # pinned-memory advice only when the program really runs on a GPU, not when it merely seeds CUDA
-    assert not any("pin_memory" in a for a in report_data(stepped({"wait": 3, "forward": 7, "seed": 1}))["verdict"]["advice"])
-    assert any("pin_memory" in a for a in report_data(stepped({"wait": 3, "forward": 7, "sync": 1}))["verdict"]["advice"])
+    assert not any(
+        "pin_memory" in a
+        for a in report_data(stepped({"wait": 3, "forward": 7, "seed": 1}))["verdict"]["advice"]
+    )
+    assert any(
+        "pin_memory" in a
+        for a in report_data(stepped({"wait": 3, "forward": 7, "sync": 1}))["verdict"]["advice"]
+    )
 
 
 def test_json_keys_are_stable():
-    data = json.loads(render_report(report_data(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json"))
+    data = json.loads(
+        render_report(report_data(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json")
+    )
     assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples"} <= set(data)
     assert list(data["phases"]) == ["data", "forward", "backward", "optimizer", "sync", "other"]
     assert set(data["phases"]["data"]) == {"seconds", "percent", "wait", "fetch"}
@@ -119,8 +149,13 @@ def test_json_keys_are_stable():
     assert {"source", "count", "warmup", "steady", "per_step"} <= set(data["steps"])
     assert {"count", "p50", "p90", "max", "mean", "phases"} <= set(data["steps"]["steady"])
     assert data["steps"]["count"] == 4 and data["steps"]["steady"]["p50"] == pytest.approx(10.0)
-    assert data["layers"][0] == {"name": "Net.fc (Linear)", "self": 24.0, "total": 24.0, "self_percent": 60.0,
-                                 "total_percent": 60.0}
+    assert data["layers"][0] == {
+        "name": "Net.fc (Linear)",
+        "self": 24.0,
+        "total": 24.0,
+        "self_percent": 60.0,
+        "total_percent": 60.0,
+    }
     assert {"level", "input_bound", "data_percent", "basis", "text", "advice"} <= set(data["verdict"])
 
 
@@ -167,11 +202,15 @@ def test_summary_shows_phases_steps_and_verdict_only_for_deep_learning_runs():
     from flameprof.render.options import OutputOptions
     from flameprof.render.summary import format_summary
 
-    dl = format_summary(Rendering(stepped({"fetch": 1, "forward": 3}), OutputOptions()), ["out/profile.flameprof"])
+    dl = format_summary(
+        Rendering(stepped({"fetch": 1, "forward": 3}), OutputOptions()), ["out/profile.flameprof"]
+    )
     assert "phases of MainThread (steady-state steps, wall): data 25.0%, forward 75.0%" in dl
     assert "steps: 4 steps (marks:step)" in dl and "verdict: HIGHLY input-bound" in dl
     assert "flameprof report out/profile.flameprof" in dl
-    plain = format_summary(Rendering(stepped({"plain": 2}, marks=False), OutputOptions()), ["out/profile.flameprof"])
+    plain = format_summary(
+        Rendering(stepped({"plain": 2}, marks=False), OutputOptions()), ["out/profile.flameprof"]
+    )
     assert "work (/work/app.py:5)" in plain and "verdict" not in plain and "phases" not in plain
 
 

@@ -8,11 +8,10 @@ import time
 
 import numpy as np
 import pytest
+from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 
 from flameprof.model import storage
 from flameprof.model.frames import Labeler
-
-from conftest import REPO, assert_one_error_line, flameprof_cmd, run_flameprof
 
 BUSY = """
 import sys, threading, time
@@ -70,9 +69,11 @@ def test_script_runs_with_main_semantics_and_writes_outputs(tmp_path, write_scri
     assert not any("flameprof" in f.file for f in profile.frames), "flameprof's own frames leaked"
     assert not any("runpy" in f.file for f in profile.frames)
     # stacks start at the target's module frame
-    roots = {profile.frames[profile.stack_frames(int(s))[0]].name
-             for s, t in zip(profile.sample_stack, profile.sample_thread)
-             if s >= 0 and profile.threads[t].name == "MainThread"}
+    roots = {
+        profile.frames[profile.stack_frames(int(s))[0]].name
+        for s, t in zip(profile.sample_stack, profile.sample_thread)
+        if s >= 0 and profile.threads[t].name == "MainThread"
+    }
     assert roots == {"<module>"}
 
     folded = (out / "profile.folded").read_text().splitlines()
@@ -91,8 +92,11 @@ def test_wall_weight_of_each_thread_matches_its_lifetime(tmp_path, write_script)
     assert wall == pytest.approx(profile.duration, rel=0.02)
     assert wall > 0.65
     # wall mode keeps idle time, cpu mode does not count it
-    idle_stacks = [s for s in set(profile.sample_stack.tolist())
-                   if s >= 0 and any(profile.frames[f].name == "idle" for f in profile.stack_frames(s))]
+    idle_stacks = [
+        s
+        for s in set(profile.sample_stack.tolist())
+        if s >= 0 and any(profile.frames[f].name == "idle" for f in profile.stack_frames(s))
+    ]
     mask = np.isin(profile.sample_stack, idle_stacks)
     assert profile.sample_wall[mask].sum() > 0.2
     assert profile.sample_cpu[mask].sum() < 0.05
@@ -117,7 +121,9 @@ def test_module_mode(tmp_path):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "__main__.py").write_text("import sys\nprint('pkg main', __name__, sys.argv[1:])\n")
-    (tmp_path / "mymod.py").write_text("import sys\nif __name__ == '__main__':\n    print('mod', sys.argv[1:])\n")
+    (tmp_path / "mymod.py").write_text(
+        "import sys\nif __name__ == '__main__':\n    print('mod', sys.argv[1:])\n"
+    )
     proc = run_flameprof("run", "-q", "-o", str(tmp_path / "o1"), "-m", "mymod", "--flag", "x", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "mod ['--flag', 'x']" in proc.stdout
@@ -146,11 +152,18 @@ def test_syntax_error_in_target_is_reported_like_python(tmp_path, write_script):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signals_stop_the_target_as_usual_and_the_profile_is_written(tmp_path, write_script, sig):
-    script = write_script("loop.py", "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n")
+    script = write_script(
+        "loop.py", "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
+    )
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(flameprof_cmd("run", "-q", "-o", str(out), script), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        flameprof_cmd("run", "-q", "-o", str(out), script),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(0.3)
     proc.send_signal(sig)
@@ -163,7 +176,9 @@ def test_signals_stop_the_target_as_usual_and_the_profile_is_written(tmp_path, w
 
 
 def test_target_output_and_exit_code_are_its_own(tmp_path, write_script):
-    script = write_script("io.py", "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit('bye')\n")
+    script = write_script(
+        "io.py", "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit('bye')\n"
+    )
     proc = run_flameprof("run", "-q", "-o", str(tmp_path / "out"), script)
     assert proc.returncode == 1 and proc.stdout == "out\n"
     assert proc.stderr == "err\nbye\n"
@@ -188,7 +203,9 @@ def test_unwritable_output_dir_is_refused_before_running(tmp_path, write_script)
 
 
 def test_phase_rules_are_checked_before_running_and_saved_in_the_profile(tmp_path, write_script):
-    script = write_script("load.py", "import time\ndef next_batch():\n    time.sleep(0.2)\nnext_batch()\nprint('ran')\n")
+    script = write_script(
+        "load.py", "import time\ndef next_batch():\n    time.sleep(0.2)\nnext_batch()\nprint('ran')\n"
+    )
     proc = run_flameprof("run", "--phase", "nonsense", script)
     assert_one_error_line(proc, "--phase")
     assert "ran" not in proc.stdout
@@ -199,4 +216,5 @@ def test_phase_rules_are_checked_before_running_and_saved_in_the_profile(tmp_pat
     assert profile.meta["phase_rules"] == ["data=next_batch"]
     report = run_flameprof("report", "--format", "json", str(out / "profile.flameprof"))
     import json
+
     assert json.loads(report.stdout)["phases"]["data"]["seconds"] > 0.1

@@ -8,16 +8,15 @@ import zlib
 
 import numpy as np
 import pytest
-
-from flameprof.model import storage
-from flameprof.collect.perf.merge import merge_native
-from flameprof.collect.importers.perf_script import read_perf_script
-from flameprof.collect.perf.record import PerfRecording, PerfUnavailable
-from flameprof.profiler import SESSION, Profiler
-from flameprof.model.records import Frame
-from flameprof.model.builder import ProfileBuilder
-
 from conftest import run_flameprof
+
+from flameprof.collect.importers.perf_script import read_perf_script
+from flameprof.collect.perf.merge import merge_native
+from flameprof.collect.perf.record import PerfRecording, PerfUnavailable
+from flameprof.model import storage
+from flameprof.model.builder import ProfileBuilder
+from flameprof.model.records import Frame
+from flameprof.profiler import SESSION, Profiler
 
 LIBZ = "/usr/lib/libz.so.1"
 PY = "/usr/lib/libpython3.11.so"
@@ -29,40 +28,59 @@ def _perf_sample(tid: str, time: str, period: int, frames: list[str]) -> str:
 
 
 def _stacks(profile) -> list[tuple[list[str], float, float]]:
-    return [([profile.frames[f].name for f in profile.stack_frames(int(s))], float(w), float(c))
-            for s, w, c in zip(profile.sample_stack, profile.sample_wall, profile.sample_cpu)]
+    return [
+        ([profile.frames[f].name for f in profile.stack_frames(int(s))], float(w), float(c))
+        for s, w, c in zip(profile.sample_stack, profile.sample_wall, profile.sample_cpu)
+    ]
 
 
 def test_merge_splits_each_python_sample_among_the_native_stacks_in_its_interval():
     builder = ProfileBuilder({"duration": 0.05})
     thread = builder.thread_id(100, 100, "MainThread")
-    stack = builder.stack_id([builder.frame(Frame("main", "app.py", 1)), builder.frame(Frame("work", "app.py", 5))])
+    stack = builder.stack_id(
+        [builder.frame(Frame("main", "app.py", 1)), builder.frame(Frame("work", "app.py", 5))]
+    )
     for time, wall, cpu in ((0.51, 0.01, 0.01), (0.52, 0.01, 0.004), (0.53, 0.01, 0.01), (0.54, 0.01, 0.01)):
         builder.add_sample(time, thread, stack, wall, cpu)
     profile = builder.build()
     eval_loop = f"_PyEval_EvalFrameDefault@{PY}"
-    perf = read_perf_script([(
-        # leafward of the innermost interpreter frame: the part grafted under "work"
-        _perf_sample("100/100", "10.005", 10_000_000, [f"deflate@{LIBZ}", f"zlib_compress@{PY}", eval_loop,
-                                                       f"_PyEval_EvalFrameDefault@{PY}", f"_start@{PY}"])
-        + _perf_sample("100/100", "10.015", 10_000_000, [f"deflate@{LIBZ}", eval_loop])
-        # no interpreter frame unwound: the whole stack; in the interpreter itself: the Python stack
-        + _perf_sample("100/100", "10.025", 5_000_000, [f"mkl_kernel@{LIBZ}"])
-        + _perf_sample("100/100", "10.028", 5_000_000, [eval_loop, f"_start@{PY}"])
-        # another process, a thread the Python sampler never saw, a time before any Python sample
-        + _perf_sample("200/200", "10.005", 10_000_000, [f"deflate@{LIBZ}"])
-        + _perf_sample("100/101", "10.005", 10_000_000, [f"deflate@{LIBZ}"])
-        + _perf_sample("100/100", "9.990", 10_000_000, [f"deflate@{LIBZ}"])).encode()])
+    perf = read_perf_script(
+        [
+            (
+                # leafward of the innermost interpreter frame: the part grafted under "work"
+                _perf_sample(
+                    "100/100",
+                    "10.005",
+                    10_000_000,
+                    [
+                        f"deflate@{LIBZ}",
+                        f"zlib_compress@{PY}",
+                        eval_loop,
+                        f"_PyEval_EvalFrameDefault@{PY}",
+                        f"_start@{PY}",
+                    ],
+                )
+                + _perf_sample("100/100", "10.015", 10_000_000, [f"deflate@{LIBZ}", eval_loop])
+                # no interpreter frame unwound: the whole stack; in the interpreter itself: the Python stack
+                + _perf_sample("100/100", "10.025", 5_000_000, [f"mkl_kernel@{LIBZ}"])
+                + _perf_sample("100/100", "10.028", 5_000_000, [eval_loop, f"_start@{PY}"])
+                # another process, a thread the Python sampler never saw, a time before any Python sample
+                + _perf_sample("200/200", "10.005", 10_000_000, [f"deflate@{LIBZ}"])
+                + _perf_sample("100/101", "10.005", 10_000_000, [f"deflate@{LIBZ}"])
+                + _perf_sample("100/100", "9.990", 10_000_000, [f"deflate@{LIBZ}"])
+            ).encode()
+        ]
+    )
     # perf's clock reads 9.5 at the profile's time 0
     merged = merge_native(profile, perf, pid=100, offset=perf.meta["time_origin"] - 9.5)
     rows = _stacks(merged)
     assert rows == [
         (["main", "work", "zlib_compress", "deflate"], pytest.approx(0.01), pytest.approx(0.01)),
-        (["main", "work", "deflate"], pytest.approx(0.004), pytest.approx(0.004)),   # on-CPU time ...
-        (["main", "work"], pytest.approx(0.006), pytest.approx(0.0)),                 # ... and the rest
+        (["main", "work", "deflate"], pytest.approx(0.004), pytest.approx(0.004)),  # on-CPU time ...
+        (["main", "work"], pytest.approx(0.006), pytest.approx(0.0)),  # ... and the rest
         (["main", "work", "mkl_kernel"], pytest.approx(0.005), pytest.approx(0.005)),
         (["main", "work"], pytest.approx(0.005), pytest.approx(0.005)),
-        (["main", "work"], pytest.approx(0.01), pytest.approx(0.01)),                 # perf saw nothing
+        (["main", "work"], pytest.approx(0.01), pytest.approx(0.01)),  # perf saw nothing
     ]
     native = next(f for f in merged.frames if f.name == "deflate")
     assert (native.kind, native.file) == ("native", LIBZ)
@@ -104,10 +122,13 @@ def test_merge_of_a_real_perf_recording_keeps_the_python_totals():
         assert merged.sample_cpu[after].sum() == pytest.approx(profile.sample_cpu[before].sum(), rel=1e-9)
     assert merged.meta["native"]["matched_perf_samples"] > 0
     # native frames directly under the Python function that called zlib
-    parents = {merged.frames[merged.stack_frame[p]].name
-               for s, p in enumerate(merged.stack_parent.tolist())
-               if p >= 0 and merged.frames[merged.stack_frame[s]].kind == "native"
-               and merged.frames[merged.stack_frame[p]].kind == "python"}
+    parents = {
+        merged.frames[merged.stack_frame[p]].name
+        for s, p in enumerate(merged.stack_parent.tolist())
+        if p >= 0
+        and merged.frames[merged.stack_frame[s]].kind == "native"
+        and merged.frames[merged.stack_frame[p]].kind == "python"
+    }
     assert "_compress_a_lot" in parents
 
 
@@ -131,7 +152,9 @@ def _native_children(profile, name: str) -> float:
     total = 0.0
     for sid, wall in zip(profile.sample_stack.tolist(), profile.sample_wall.tolist()):
         frames = [profile.frames[f] for f in stacks[sid]] if sid >= 0 else []
-        if any(a.name == name and a.kind == "python" and b.kind == "native" for a, b in zip(frames, frames[1:])):
+        if any(
+            a.name == name and a.kind == "python" and b.kind == "native" for a, b in zip(frames, frames[1:])
+        ):
             total += wall
     return total
 
@@ -158,14 +181,22 @@ def test_without_perf_the_run_goes_on_with_one_warning_line(tmp_path, write_scri
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "perf"
-    fake.write_text("#!/bin/sh\necho 'Error:' >&2\necho 'No permission to enable cpu-clock event.' >&2\nexit 255\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'Error:' >&2\necho 'No permission to enable cpu-clock event.' >&2\nexit 255\n"
+    )
     fake.chmod(0o755)
-    for path, reason in ((str(tmp_path / "empty"), "perf is not installed"),
-                         (str(bin_dir), "perf could not record: No permission to enable cpu-clock event.")):
+    for path, reason in (
+        (str(tmp_path / "empty"), "perf is not installed"),
+        (str(bin_dir), "perf could not record: No permission to enable cpu-clock event."),
+    ):
         out = tmp_path / f"out{len(reason)}"
-        proc = run_flameprof("run", "--native", "-q", "-o", str(out), script, cwd=tmp_path, env={"PATH": path})
+        proc = run_flameprof(
+            "run", "--native", "-q", "-o", str(out), script, cwd=tmp_path, env={"PATH": path}
+        )
         assert proc.returncode == 3 and proc.stdout == "target output\n"
-        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"flameprof: warning: --native: {reason}")
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+            f"flameprof: warning: --native: {reason}"
+        )
         assert proc.stderr.endswith("; the profile has Python frames only\n")
         profile = storage.load(str(out / "profile.flameprof"))
         assert not any(f.kind == "native" for f in profile.frames)

@@ -4,10 +4,11 @@ import os
 import threading
 import time
 
+from sampled import wait_for_samples
+
 import flameprof
 from flameprof.collect.engine import scopes
 from flameprof.profiler import SESSION, Profiler
-from sampled import wait_for_samples
 
 
 def stacks_of(profile, thread_name=None):
@@ -15,7 +16,9 @@ def stacks_of(profile, thread_name=None):
     out = set()
     for sid, tid in set(zip(profile.sample_stack.tolist(), profile.sample_thread.tolist())):
         if sid >= 0 and (thread_name is None or profile.threads[tid].name == thread_name):
-            out.add(tuple((profile.frames[f].kind, profile.frames[f].name) for f in profile.stack_frames(sid)))
+            out.add(
+                tuple((profile.frames[f].kind, profile.frames[f].name) for f in profile.stack_frames(sid))
+            )
     return out
 
 
@@ -39,7 +42,9 @@ def test_nested_scopes_appear_leafward_of_the_frame_that_entered_them():
         outer_fn()
     stacks = [names(s) for s in stacks_of(p.profile)]
     nested = [s for s in stacks if "inner" in s]
-    assert nested and all(s[at(s, "outer_fn") + 1:at(s, "outer_fn") + 3] == ["outer", "inner"] for s in nested)
+    assert nested and all(
+        s[at(s, "outer_fn") + 1 : at(s, "outer_fn") + 3] == ["outer", "inner"] for s in nested
+    )
     assert ["outer", "wait_for_samples"] in [s[-2:] for s in stacks]
     assert all(("scope", "inner") not in s or ("scope", "outer") in s for s in stacks_of(p.profile))
     assert all(not v for v in SESSION.sampler.scopes.values())  # every scope was closed
@@ -154,7 +159,10 @@ def test_marks_name_the_thread_of_each_session_and_process_that_made_them():
                 flameprof.step()
             finally:
                 SESSION.sampler.pid -= 1
-        threads = [(p.profile.threads[m.thread].name, p.profile.threads[m.thread].pid)
-                   for m in p.profile.marks if m.name == "step"]
+        threads = [
+            (p.profile.threads[m.thread].name, p.profile.threads[m.thread].pid)
+            for m in p.profile.marks
+            if m.name == "step"
+        ]
         me, pid = threading.current_thread().name, os.getpid()
         assert threads == [(me, pid), ("other-stepper", pid), (me, pid + 1)]

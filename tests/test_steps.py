@@ -7,8 +7,8 @@ import pytest
 
 from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
 from flameprof.analyze.steps import find_steps, loop_thread, warmup_count
-from flameprof.model.profile import Frame, Mark
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame, Mark
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 MODULE = Frame("<module>", "/work/train.py", 1)
@@ -83,7 +83,9 @@ def test_steps_inferred_from_samples_without_marks():
     assert steps.source == "samples"
     assert steps.count == 13
     assert steps.walls[1:12] == pytest.approx([0.10] * 11)
-    assert steps.phase_seconds.sum() == pytest.approx(profile.sample_wall[profile.sample_thread == steps.thread].sum())
+    assert steps.phase_seconds.sum() == pytest.approx(
+        profile.sample_wall[profile.sample_thread == steps.thread].sum()
+    )
 
 
 def test_no_steps_when_nothing_cycles():
@@ -100,12 +102,15 @@ def test_loop_thread_prefers_marks_then_deep_learning_time():
     assert loop_thread(profile, phase_of_samples(profile)) == 0
 
 
-@pytest.mark.parametrize("walls, expected", [
-    ([1.0, 1.0], 0),                        # too few steps to tell
-    ([5.0, 1.0, 1.0, 1.0], 1),              # the first step is always warm-up
-    ([5.0, 4.0, 3.0] + [1.0] * 9, 3),       # slow steps after it too
-    ([5.0] + [9.0] * 3 + [1.0] * 5, 2),     # at most a quarter of the steps
-])
+@pytest.mark.parametrize(
+    "walls, expected",
+    [
+        ([1.0, 1.0], 0),  # too few steps to tell
+        ([5.0, 1.0, 1.0, 1.0], 1),  # the first step is always warm-up
+        ([5.0, 4.0, 3.0] + [1.0] * 9, 3),  # slow steps after it too
+        ([5.0] + [9.0] * 3 + [1.0] * 5, 2),  # at most a quarter of the steps
+    ],
+)
 def test_warmup_count(walls, expected):
     assert warmup_count(np.asarray(walls)) == expected
 

@@ -5,10 +5,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from flameprof.model import storage
 from flameprof.errors import FlameprofError
-from flameprof.model.profile import Frame, Mark, ProcessInfo
+from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.profile import Frame, Mark, ProcessInfo
 
 
 def sample_profile():
@@ -113,6 +113,7 @@ def test_saved_files_get_the_usual_permissions(tmp_path):
     path = tmp_path / "p.flameprof"
     storage.save(sample_profile(), path)
     import os
+
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -8,11 +8,10 @@ import os
 import sys
 
 import pytest
+from conftest import REPO, run_flameprof
 
 from flameprof.model import storage
 from flameprof.model.frames import Labeler
-
-from conftest import REPO, run_flameprof
 
 CHILD = """
 import sys, time
@@ -125,8 +124,17 @@ def job(tmp_path_factory):
     usersite.mkdir()
     (usersite / "sitecustomize.py").write_text(USER_SITECUSTOMIZE)
     out = root / "out"
-    proc = run_flameprof("run", "-q", "-o", str(out), "--rate", "200", str(root / "job.py"), cwd=root,
-                         env={"PYTHONPATH": os.pathsep.join([REPO, str(usersite)])})
+    proc = run_flameprof(
+        "run",
+        "-q",
+        "-o",
+        str(out),
+        "--rate",
+        "200",
+        str(root / "job.py"),
+        cwd=root,
+        env={"PYTHONPATH": os.pathsep.join([REPO, str(usersite)])},
+    )
     profile = storage.load(out / "profile.flameprof")
     return proc, profile, out
 
@@ -203,15 +211,20 @@ def test_times_share_one_clock(job):
 def test_no_subprocesses_profiles_only_the_main_process(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     script = tmp_path / "main.py"
-    script.write_text(f"import subprocess, sys, time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n"
-                      f"subprocess.run([sys.executable, {str(tmp_path / 'child.py')!r}, 'ok'])\n")
+    script.write_text(
+        f"import subprocess, sys, time\nend = time.time() + 0.5\nwhile time.time() < end:\n    pass\n"
+        f"subprocess.run([sys.executable, {str(tmp_path / 'child.py')!r}, 'ok'])\n"
+    )
     for mode, target in (("script", [str(script)]), ("command", ["--", sys.executable, str(script)])):
         out = tmp_path / mode
         proc = run_flameprof("run", "-q", "--no-subprocesses", "-o", str(out), *target)
         assert proc.returncode == 0, proc.stderr
         profile = storage.load(out / "profile.flameprof")
         assert len(profile.processes) <= 1 and not any(f.kind == "process" for f in profile.frames), mode
-        assert any(f.name == "<module>" and f.file == str(script) for f in profile.frames), (mode, profile.frames)
+        assert any(f.name == "<module>" and f.file == str(script) for f in profile.frames), (
+            mode,
+            profile.frames,
+        )
         assert not any(f.name == "child_work" for f in profile.frames), mode
         assert sorted(os.listdir(out)) == ["profile.flameprof", "profile.folded", "profile.svg"], mode
 
@@ -219,7 +232,9 @@ def test_no_subprocesses_profiles_only_the_main_process(tmp_path):
 def test_run_any_command_passes_its_outcome_through(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     out = tmp_path / "out"
-    proc = run_flameprof("run", "-q", "-o", str(out), "--", sys.executable, str(tmp_path / "child.py"), "crash")
+    proc = run_flameprof(
+        "run", "-q", "-o", str(out), "--", sys.executable, str(tmp_path / "child.py"), "crash"
+    )
     assert proc.returncode == 1 and "child fails on purpose" in proc.stderr
     profile = storage.load(out / "profile.flameprof")
     assert profile.processes[0].role == "main"
@@ -232,7 +247,10 @@ def test_run_any_command_passes_its_outcome_through(tmp_path):
     assert os.listdir(tmp_path / "out2") == []
 
     proc = run_flameprof("run", "-o", str(tmp_path / "out3"), "--", "no-such-command-xyz")
-    assert proc.returncode != 0 and proc.stderr.strip() == "flameprof: error: command not found: no-such-command-xyz"
+    assert (
+        proc.returncode != 0
+        and proc.stderr.strip() == "flameprof: error: command not found: no-such-command-xyz"
+    )
 
 
 DATALOADER = """
@@ -260,8 +278,9 @@ if __name__ == "__main__":
 def test_dataloader_workers_appear_by_role(tmp_path, start_method):
     script = tmp_path / "loader.py"
     script.write_text(DATALOADER)
-    proc = run_flameprof("run", "-q", "-o", str(tmp_path / "out"), "--rate", "200", str(script), start_method,
-                         timeout=240)
+    proc = run_flameprof(
+        "run", "-q", "-o", str(tmp_path / "out"), "--rate", "200", str(script), start_method, timeout=240
+    )
     assert proc.returncode == 0 and "sum 1984.0" in proc.stdout, proc.stderr
     assert "warning" not in proc.stderr, proc.stderr
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
@@ -274,7 +293,10 @@ def test_dataloader_workers_appear_by_role(tmp_path, start_method):
     report = run_flameprof("report", str(tmp_path / "out" / "profile.flameprof"), "--format", "json")
     processes = json.loads(report.stdout)["processes"]
     (main,) = [loop for loop in processes["loops"] if loop["role"] == "main"]
-    assert main["data_wait"] > 0 and {w["role"] for w in main["workers"]} == {"dataloader worker 0", "dataloader worker 1"}
+    assert main["data_wait"] > 0 and {w["role"] for w in main["workers"]} == {
+        "dataloader worker 0",
+        "dataloader worker 1",
+    }
     assert sum(w["busy"] for w in main["workers"]) > 0
 
 
@@ -311,9 +333,20 @@ def test_torchrun_ranks_appear_by_role(tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(DDP)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    proc = run_flameprof("run", "-q", "-o", str(tmp_path / "out"), "--", torchrun, "--standalone",
-                         "--nproc_per_node=2", str(script), cwd=tmp_path, timeout=240,
-                         env={"OMP_NUM_THREADS": "1"})
+    proc = run_flameprof(
+        "run",
+        "-q",
+        "-o",
+        str(tmp_path / "out"),
+        "--",
+        torchrun,
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        cwd=tmp_path,
+        timeout=240,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "rank 0 done" in proc.stdout and "rank 1 done" in proc.stdout
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
@@ -323,4 +356,6 @@ def test_torchrun_ranks_appear_by_role(tmp_path):
         assert by_process[rank]["train_step"] > 0, sorted(by_process)
     assert {p.role for p in profile.processes} >= {"main", "rank 0", "rank 1"}
     report = run_flameprof("report", str(tmp_path / "out" / "profile.flameprof"))
-    assert "rank 0: " in report.stdout and "rank 1: " in report.stdout and "slowest rank: rank " in report.stdout
+    assert (
+        "rank 0: " in report.stdout and "rank 1: " in report.stdout and "slowest rank: rank " in report.stdout
+    )

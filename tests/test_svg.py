@@ -10,9 +10,9 @@ import pytest
 from flameprof.analyze.tree import build_tree
 from flameprof.analyze.views import display_stacks
 from flameprof.collect.importers.folded import read_folded
+from flameprof.model.builder import ProfileBuilder
 from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame
-from flameprof.model.builder import ProfileBuilder
 from flameprof.render.svg import UNITS, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -30,8 +30,12 @@ def sampled_profile():
     dot = Frame("dot", "/venv/lib/python3.11/site-packages/numpy/core/multiarray.py", 5)
     sleep = Frame("sleep", "/usr/lib/python3.11/threading.py", 300)
     thread = b.thread_id(1, 1, "MainThread")
-    for stack, wall, cpu, times in (([main, work, dot], 0.02, 0.02, 5), ([main, work], 0.01, 0.005, 3),
-                                    ([main, sleep], 0.5, 0.0, 2), ([main], 0.01, 0.01, 1)):
+    for stack, wall, cpu, times in (
+        ([main, work, dot], 0.02, 0.02, 5),
+        ([main, work], 0.01, 0.005, 3),
+        ([main, sleep], 0.5, 0.0, 2),
+        ([main], 0.01, 0.01, 1),
+    ):
         sid = b.stack_id([b.frame(f) for f in stack])
         for _ in range(times):
             b.add_sample(0.0, thread, sid, wall, cpu)
@@ -54,6 +58,7 @@ def rects(svg: str):
 
 # --- call tree ---------------------------------------------------------------------------------
 
+
 def test_tree_totals_self_and_children_in_label_order():
     tree = build_tree(folded("a;b;c 3", "a;b 2", "a;d 5", "x 1", "a;b;c 1"))
     nodes = by_path(tree)
@@ -64,7 +69,7 @@ def test_tree_totals_self_and_children_in_label_order():
     assert (tree.total[c], tree.self_weight[c]) == (4, 4)
     assert (tree.total[d], tree.total[x]) == (5, 1)
     assert tree.unit == "count"
-    assert np.array_equal(tree.samples, tree.total)          # folded counts are sample counts
+    assert np.array_equal(tree.samples, tree.total)  # folded counts are sample counts
     assert tree.children(0).tolist() == [a, x] and tree.children(a).tolist() == [b, d]
     node = tree.node(b)
     assert (node.label, node.depth, node.children, node.frame.name) == ("b", 2, (c,), "b")
@@ -104,12 +109,20 @@ def test_folded_reading_interns_each_call_path_once():
     lines = ["a;b;c 1", "x;b 2", "a;b 3", "a;b;c 4", "a 5", "f (m.py:01);g 6", "f (m.py:1);g 7"]
     profile = folded(*lines)
     profile.validate()
-    prefixes = {tuple(s.split(";")[:k]) for s in (line.rpartition(" ")[0] for line in lines[:5])
-                for k in range(1, s.count(";") + 2)}
-    assert len(profile.stack_parent) == len(prefixes) + 2          # + "f (m.py:1)" and its "g", once
-    stacks = [tuple(profile.frames[f].name for f in profile.stack_frames(s)) for s in profile.sample_stack.tolist()]
+    prefixes = {
+        tuple(s.split(";")[:k])
+        for s in (line.rpartition(" ")[0] for line in lines[:5])
+        for k in range(1, s.count(";") + 2)
+    }
+    assert len(profile.stack_parent) == len(prefixes) + 2  # + "f (m.py:1)" and its "g", once
+    stacks = [
+        tuple(profile.frames[f].name for f in profile.stack_frames(s)) for s in profile.sample_stack.tolist()
+    ]
     assert stacks[:5] == [("a", "b", "c"), ("x", "b"), ("a", "b"), ("a", "b", "c"), ("a",)]
-    assert profile.sample_stack[0] == profile.sample_stack[3] and profile.sample_stack[5] == profile.sample_stack[6]
+    assert (
+        profile.sample_stack[0] == profile.sample_stack[3]
+        and profile.sample_stack[5] == profile.sample_stack[6]
+    )
     assert profile.sample_wall.tolist() == [1, 2, 3, 4, 5, 6, 7]
 
 
@@ -131,11 +144,12 @@ def test_prune_keeps_heavy_nodes_and_their_ancestors():
     tree = build_tree(folded("a;b;c 50", "a;b;d 1", "a;e 2", "f 1"))
     pruned = tree.prune(2)
     assert sorted(by_path(pruned)) == [("a",), ("a", "b"), ("a", "b", "c"), ("a", "e")]
-    assert pruned.total[0] == tree.total[0]          # the root keeps the whole weight
+    assert pruned.total[0] == tree.total[0]  # the root keeps the whole weight
     assert all(pruned.parent[i] < i for i in range(1, len(pruned)))
 
 
 # --- SVG ----------------------------------------------------------------------------------------
+
 
 def test_svg_is_well_formed_with_one_rect_per_node_laid_out_in_label_order():
     svg = render_svg(folded("m;b 2", "m;a 3", "z 5"), minwidth=0)
@@ -146,10 +160,10 @@ def test_svg_is_well_formed_with_one_rect_per_node_laid_out_in_label_order():
     x = {n: int(r.get("x")) for n, r in by_name.items()}
     w = {n: int(r.get("width")) for n, r in by_name.items()}
     assert w["all"] == UNITS and x["all"] == 0
-    assert x["a"] == x["m"] < x["b"] < x["z"]           # alphabetical, like flamegraph.pl
+    assert x["a"] == x["m"] < x["b"] < x["z"]  # alphabetical, like flamegraph.pl
     assert w["a"] == UNITS * 3 // 10 and w["b"] == UNITS * 2 // 10 and x["b"] == x["a"] + w["a"]
-    assert by_name["z"].get("s") == "5"                  # tooltip count: the folded count
-    assert render_svg(folded("m;b 2", "m;a 3", "z 5"), minwidth=0) == svg    # deterministic
+    assert by_name["z"].get("s") == "5"  # tooltip count: the folded count
+    assert render_svg(folded("m;b 2", "m;a 3", "z 5"), minwidth=0) == svg  # deterministic
 
 
 def test_seconds_profile_carries_sample_counts_and_kinds():
@@ -157,23 +171,31 @@ def test_seconds_profile_carries_sample_counts_and_kinds():
     _, frames = rects(svg)
     by_name = {r.get("n"): r for r in frames}
     assert by_name["work (app.py:10)"].get("s") == "8"
-    assert by_name["dot (numpy/core/multiarray.py:5)"].get("class")[0] == "l"   # library
-    assert by_name["sleep (threading.py:300)"].get("class")[0] == "s"           # standard library
-    assert by_name["main (app.py:1)"].get("class")[0] == "u"                    # your code
+    assert by_name["dot (numpy/core/multiarray.py:5)"].get("class")[0] == "l"  # library
+    assert by_name["sleep (threading.py:300)"].get("class")[0] == "s"  # standard library
+    assert by_name["main (app.py:1)"].get("class")[0] == "u"  # your code
     legend = ET.fromstring(svg.encode()).find(f"{SVG}g[@id='legend']")
     assert [t.text for t in legend.iter(f"{SVG}text")] == ["your code", "library", "standard library"]
     assert "of wall time, 11 samples" in svg
 
 
 def test_legend_lists_only_the_kinds_drawn():
-    profile = folded("main (app.py:1) 100000", "main (app.py:1);loads (/usr/lib/python3.11/json/decoder.py:5) 1")
+    profile = folded(
+        "main (app.py:1) 100000", "main (app.py:1);loads (/usr/lib/python3.11/json/decoder.py:5) 1"
+    )
     for minwidth, kinds in ((0, ["your code", "standard library"]), (0.1, ["your code"])):
         legend = ET.fromstring(render_svg(profile, minwidth=minwidth).encode()).find(f"{SVG}g[@id='legend']")
         assert [t.text for t in legend.iter(f"{SVG}text")] == kinds
 
 
-HOSTILE = ["<script>alert(1)</script>", "]]><script>alert(2)</script>", "a & b", 'q"uote\'s', "ctl\x01\x7f",
-           "<![CDATA[x]]>"]
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "]]><script>alert(2)</script>",
+    "a & b",
+    "q\"uote's",
+    "ctl\x01\x7f",
+    "<![CDATA[x]]>",
+]
 
 
 def test_every_name_is_escaped_and_nothing_is_injected():
@@ -188,7 +210,7 @@ def test_every_name_is_escaped_and_nothing_is_injected():
         assert name.replace("\x01", "\ufffd") in names
     assert root.find(f"{SVG}text[@id='title']").text == "<b>t</b> & ]]>"
     labels = [t.text for t in root.find(f"{SVG}g[@id='l']").iter(f"{SVG}text")]
-    assert "<scri.." in labels and "a & b" in labels       # drawn names round-trip too
+    assert "<scri.." in labels and "a & b" in labels  # drawn names round-trip too
 
 
 def test_minwidth_drops_narrow_frames_and_shrinks_the_file():
@@ -212,7 +234,10 @@ def test_icicle_puts_the_root_on_top():
 
 def test_title_is_shown():
     profile = folded("a 1")
-    assert ET.fromstring(render_svg(profile, title="My run").encode()).find(f"{SVG}text[@id='title']").text == "My run"
+    assert (
+        ET.fromstring(render_svg(profile, title="My run").encode()).find(f"{SVG}text[@id='title']").text
+        == "My run"
+    )
     assert ">Flame graph</text>" in render_svg(profile)
 
 
@@ -220,5 +245,5 @@ def test_large_profile_keeps_a_small_file():
     lines = [f"root;mid{i % 50};leaf{i} {1 + i % 7}" for i in range(20000)]
     svg = render_svg(folded(*lines))
     frames = rects(svg)[1]
-    assert len(frames) < 1200 * 10 * 3        # at most ~one frame per 0.1 px per level
+    assert len(frames) < 1200 * 10 * 3  # at most ~one frame per 0.1 px per level
     assert len(svg) < 1_000_000

@@ -9,15 +9,15 @@ import warnings
 
 import pytest
 import torch
+from conftest import REPO, run_flameprof
+from sampled import wait_for_samples
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 import flameprof
-from conftest import REPO, run_flameprof
 from flameprof import Profiler
 from flameprof.model import storage
-from sampled import wait_for_samples
 
 
 def marks(profile, name):
@@ -148,8 +148,13 @@ def backward_layer_stacks(backward_layers):
     stacks = set()
     for sid in set(profile.sample_stack.tolist()):
         if sid >= 0:
-            stacks.add(tuple(profile.frames[f].name for f in profile.stack_frames(sid)
-                             if profile.frames[f].kind == "layer" and profile.frames[f].name.endswith("(backward)")))
+            stacks.add(
+                tuple(
+                    profile.frames[f].name
+                    for f in profile.stack_frames(sid)
+                    if profile.frames[f].kind == "layer" and profile.frames[f].name.endswith("(backward)")
+                )
+            )
     return stacks, [str(w.message) for w in caught]
 
 
@@ -167,15 +172,17 @@ def test_backward_layers_are_off_by_default():
 
 
 def run_python(code):
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_flameprof_run_instruments_torch_imported_by_the_target_and_wires_backward_layers(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time
         import torch
         from torch import nn
@@ -209,10 +216,21 @@ def test_flameprof_run_instruments_torch_imported_by_the_target_and_wires_backwa
         for _ in range(6):
             model(torch.randn(2, 3)).sum().backward()
             opt.step()
-    """))
+    """)
+    )
     out = tmp_path / "out"
-    proc = run_flameprof("run", "-q", "--no-subprocesses", "--backward-layers", "--rate", "1000", "-o", str(out),
-                         str(script), cwd=tmp_path)
+    proc = run_flameprof(
+        "run",
+        "-q",
+        "--no-subprocesses",
+        "--backward-layers",
+        "--rate",
+        "1000",
+        "-o",
+        str(out),
+        str(script),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     profile = storage.load(str(out / "profile.flameprof"))
     layers = {f.name for f in profile.frames if f.kind == "layer"}

@@ -8,8 +8,8 @@ the profile shows the problem, and says how much time it is about.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -20,21 +20,25 @@ from .steps import data_share
 
 HIGHLY = 0.20
 MODERATELY = 0.05
-SYNC_ADVICE = 0.02        # host syncs worth a note, share of the basis
-DISPATCH_ADVICE = 0.10    # nn.Module call machinery, share of forward
-NORM_ADVICE = 0.02        # BatchNorm / Dropout in inference, share of forward
+SYNC_ADVICE = 0.02  # host syncs worth a note, share of the basis
+DISPATCH_ADVICE = 0.10  # nn.Module call machinery, share of forward
+NORM_ADVICE = 0.02  # BatchNorm / Dropout in inference, share of forward
 WORKER_START_ADVICE = 0.01
 
-_LEVEL_TEXT = {"highly": "HIGHLY input-bound", "moderately": "MODERATELY input-bound",
-               "not": "not input-bound", "unknown": "no training or inference loop found"}
+_LEVEL_TEXT = {
+    "highly": "HIGHLY input-bound",
+    "moderately": "MODERATELY input-bound",
+    "not": "not input-bound",
+    "unknown": "no training or inference loop found",
+}
 _BASIS_TEXT = {"steady-state steps": "steady-state step", "whole run": "the loop thread's"}
 
 
 @dataclass
 class Verdict:
-    level: str                   # "highly", "moderately", "not" or "unknown"
-    data_share: float            # fraction of the basis spent in data
-    basis: str                   # "steady-state steps" or "whole run"
+    level: str  # "highly", "moderately", "not" or "unknown"
+    data_share: float  # fraction of the basis spent in data
+    basis: str  # "steady-state steps" or "whole run"
     text: str
     advice: list[str] = field(default_factory=list)
 
@@ -67,8 +71,10 @@ def judge(analysis: Analysis) -> Verdict:
     level = verdict_level(share)
     total = float(seconds.sum())
     pct = {p: 100.0 * float(seconds[i]) / total if total else 0.0 for i, p in enumerate(LEAF_PHASES)}
-    text = (f"{_LEVEL_TEXT[level]}: {100 * share:.1f}% of {_BASIS_TEXT[basis]} time is data loading "
-            f"(wait {pct['data.wait']:.1f}%, fetch {pct['data.fetch']:.1f}%)")
+    text = (
+        f"{_LEVEL_TEXT[level]}: {100 * share:.1f}% of {_BASIS_TEXT[basis]} time is data loading "
+        f"(wait {pct['data.wait']:.1f}%, fetch {pct['data.fetch']:.1f}%)"
+    )
     return Verdict(level, share, basis, text, advise(analysis, share, pct))
 
 
@@ -77,9 +83,11 @@ def advise(analysis: Analysis, share: float, pct: dict[str, float]) -> list[str]
     if share >= MODERATELY:
         out += _data_advice(analysis, pct)
     if pct["sync"] >= 100 * SYNC_ADVICE:
-        out.append(f"Host synchronisation takes {pct['sync']:.1f}% of the loop: avoid per-step .item(), .cpu(), "
-                   "printing tensors and torch.cuda.synchronize(); accumulate metrics on the device and read "
-                   "them every N steps. (.item()/.to() without native stacks show up in the calling line.)")
+        out.append(
+            f"Host synchronisation takes {pct['sync']:.1f}% of the loop: avoid per-step .item(), .cpu(), "
+            "printing tensors and torch.cuda.synchronize(); accumulate metrics on the device and read "
+            "them every N steps. (.item()/.to() without native stacks show up in the calling line.)"
+        )
     out += _forward_advice(analysis)
     return out
 
@@ -97,21 +105,32 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
     out = []
     single = stack_has(p, _named("_SingleProcessDataLoaderIter._next_data"))
     if analysis.seconds_where(single) > 0:
-        out.append(f"Batches are built in the training process ({pct['data.fetch']:.1f}% in dataset, collate and "
-                   "transforms): set DataLoader(num_workers=N) (start with the number of CPU cores, e.g. 4) so "
-                   "workers prepare batches in parallel with compute.")
+        out.append(
+            f"Batches are built in the training process ({pct['data.fetch']:.1f}% in dataset, collate and "
+            "transforms): set DataLoader(num_workers=N) (start with the number of CPU cores, e.g. 4) so "
+            "workers prepare batches in parallel with compute."
+        )
     if pct["data.wait"] >= 100 * MODERATELY:
-        out.append(f"The loop waits {pct['data.wait']:.1f}% of the time for worker batches: raise num_workers and "
-                   "prefetch_factor (default 2), and make Dataset.__getitem__ cheaper (decode, resize, augment less "
-                   "per sample or cache preprocessed data).")
-    starts = stack_has(p, _named("_MultiProcessingDataLoaderIter.__init__", "_MultiProcessingDataLoaderIter._shutdown_workers"))
+        out.append(
+            f"The loop waits {pct['data.wait']:.1f}% of the time for worker batches: raise num_workers and "
+            "prefetch_factor (default 2), and make Dataset.__getitem__ cheaper (decode, resize, augment less "
+            "per sample or cache preprocessed data)."
+        )
+    starts = stack_has(
+        p,
+        _named("_MultiProcessingDataLoaderIter.__init__", "_MultiProcessingDataLoaderIter._shutdown_workers"),
+    )
     start_s = analysis.seconds_where(starts)
     if analysis.loop_seconds and start_s / analysis.loop_seconds >= WORKER_START_ADVICE:
-        out.append(f"Starting and stopping DataLoader workers took {start_s:.2f} s: set persistent_workers=True "
-                   "so workers survive between epochs.")
+        out.append(
+            f"Starting and stopping DataLoader workers took {start_s:.2f} s: set persistent_workers=True "
+            "so workers survive between epochs."
+        )
     if _sampled(p, _uses_cuda) and not _sampled(p, _file_is("torch/utils/data/_utils/pin_memory.py")):
-        out.append("The model uses CUDA but batches are not pinned: set pin_memory=True and copy with "
-                   ".to(device, non_blocking=True).")
+        out.append(
+            "The model uses CUDA but batches are not pinned: set pin_memory=True and copy with "
+            ".to(device, non_blocking=True)."
+        )
     return out
 
 
@@ -141,17 +160,25 @@ def _forward_advice(analysis: Analysis) -> list[str]:
     leaf_module = np.asarray([in_module_py(f) for f in p.frames], dtype=bool)[p.stack_frame]
     dispatch = analysis.seconds_where(leaf_module, ["forward"])
     if dispatch / forward >= DISPATCH_ADVICE:
-        out.append(f"{100 * dispatch / forward:.0f}% of forward is Python overhead in nn.Module calls (hooks, "
-                   "_call_impl): use fewer, larger modules, larger batches, or torch.compile to fuse them.")
-    training = analysis.phase_seconds[[LEAF_PHASES.index("backward"), LEAF_PHASES.index("optimizer")]].sum() > 0
+        out.append(
+            f"{100 * dispatch / forward:.0f}% of forward is Python overhead in nn.Module calls (hooks, "
+            "_call_impl): use fewer, larger modules, larger batches, or torch.compile to fuse them."
+        )
+    training = (
+        analysis.phase_seconds[[LEAF_PHASES.index("backward"), LEAF_PHASES.index("optimizer")]].sum() > 0
+    )
     if training:
         return out
     bn = analysis.seconds_where(stack_has(p, _file_is("torch/nn/modules/batchnorm.py")), ["forward"])
     drop = analysis.seconds_where(stack_has(p, _file_is("torch/nn/modules/dropout.py")), ["forward"])
     if drop / forward >= NORM_ADVICE:
-        out.append(f"Dropout takes {100 * drop / forward:.1f}% of forward in a loop without backward: call "
-                   "model.eval() (Dropout is free in eval mode) and run under torch.inference_mode().")
+        out.append(
+            f"Dropout takes {100 * drop / forward:.1f}% of forward in a loop without backward: call "
+            "model.eval() (Dropout is free in eval mode) and run under torch.inference_mode()."
+        )
     if bn / forward >= NORM_ADVICE:
-        out.append(f"BatchNorm takes {100 * bn / forward:.1f}% of forward in inference: after model.eval(), fuse it "
-                   "into the preceding convolution (torch.ao.quantization.fuse_modules or torch.compile).")
+        out.append(
+            f"BatchNorm takes {100 * bn / forward:.1f}% of forward in inference: after model.eval(), fuse it "
+            "into the preceding convolution (torch.ao.quantization.fuse_modules or torch.compile)."
+        )
     return out

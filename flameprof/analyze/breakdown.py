@@ -8,8 +8,8 @@ the samples, so a million samples cost a few numpy passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,13 +37,13 @@ class Analysis:
 
     profile: Profile
     rules: list[Rule]
-    sample_phase: np.ndarray             # leaf-phase id per sample
-    thread: int                          # the loop's thread, -1 when the profile is empty
-    phase_seconds: np.ndarray            # loop thread, whole run, seconds per leaf phase
+    sample_phase: np.ndarray  # leaf-phase id per sample
+    thread: int  # the loop's thread, -1 when the profile is empty
+    phase_seconds: np.ndarray  # loop thread, whole run, seconds per leaf phase
     steps: StepTable
-    layers: list[Row] = field(default_factory=list)        # every layer, by self time
+    layers: list[Row] = field(default_factory=list)  # every layer, by self time
     functions: list[Row] = field(default_factory=list)
-    function_total: float = 0.0          # all threads, in ``mode``, the denominator of function shares
+    function_total: float = 0.0  # all threads, in ``mode``, the denominator of function shares
 
     @property
     def loop_seconds(self) -> float:
@@ -78,8 +78,9 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
     sample_phase = phase_of_samples(profile, all_rules)
     thread = loop_thread(profile, sample_phase)
     loop = profile.sample_thread == thread
-    phase_seconds = np.bincount(sample_phase[loop].astype(np.intp), weights=profile.sample_wall[loop],
-                                minlength=len(LEAF_PHASES))
+    phase_seconds = np.bincount(
+        sample_phase[loop].astype(np.intp), weights=profile.sample_wall[loop], minlength=len(LEAF_PHASES)
+    )
     steps = find_steps(profile, sample_phase, thread)
     frames = profile.frames
     layer_weight = stack_weights(profile, profile.sample_wall, loop)
@@ -88,8 +89,17 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
     labeler = Labeler(profile.meta)
     code_weight = stack_weights(profile, weights, None)
     functions = rank_frames(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
-    return Analysis(profile, list(all_rules), sample_phase, thread, phase_seconds, steps, layers, functions,
-                    float(weights.sum()))
+    return Analysis(
+        profile,
+        list(all_rules),
+        sample_phase,
+        thread,
+        phase_seconds,
+        steps,
+        layers,
+        functions,
+        float(weights.sum()),
+    )
 
 
 def stack_has(profile: Profile, predicate: Callable[[Frame], bool]) -> np.ndarray:
@@ -110,8 +120,13 @@ def stack_weights(profile: Profile, weights: np.ndarray, mask: np.ndarray | None
     return np.bincount(stacks[keep], weights=w[keep], minlength=len(profile.stack_parent))
 
 
-def rank_frames(profile: Profile, stack_weight: np.ndarray, wanted: list[bool], top: int | None,
-                name: Callable[[Frame], str]) -> list[Row]:
+def rank_frames(
+    profile: Profile,
+    stack_weight: np.ndarray,
+    wanted: list[bool],
+    top: int | None,
+    name: Callable[[Frame], str],
+) -> list[Row]:
     """Top ``top`` (None: all) frames of the wanted kind by self time (innermost wanted frame) and total time
     (every stack containing it, counted once), merged by display name."""
     self_s: dict[str, float] = {}

@@ -21,8 +21,8 @@ most the allowed percentage of the baseline's step time (so a uniform slow-down 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -35,7 +35,8 @@ from .phases import LEAF_PHASES, PHASES
 BASES = ("auto", "wall", "step")
 _CODE_KINDS = ("python", "native")
 PHASE_IDS = {name: [LEAF_PHASES.index(name)] for name in LEAF_PHASES} | {
-    "data": [LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch")]}
+    "data": [LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch")]
+}
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ def parse_budget(text: str) -> Budget:
         if not sep or not name or not 0 <= limit <= 100:
             raise ValueError
     except ValueError:
-        raise FlameprofError(f"bad budget {text!r}: expected NAME=PCT with PCT between 0 and 100, e.g. data=25%") \
-            from None
+        raise FlameprofError(
+            f"bad budget {text!r}: expected NAME=PCT with PCT between 0 and 100, e.g. data=25%"
+        ) from None
     kind, colon, pattern = name.partition(":")
     if colon and kind in ("layer", "fn"):
         if not pattern:
@@ -72,8 +74,10 @@ def parse_budget(text: str) -> Budget:
             raise FlameprofError(f"bad budget {text!r}: invalid regular expression ({exc})") from None
         return Budget(kind, pattern, limit)
     if name not in PHASE_IDS:
-        raise FlameprofError(f"bad budget {text!r}: {name!r} is not a phase ({', '.join(PHASE_IDS)}); "
-                             "use layer:REGEX or fn:REGEX for layers and functions")
+        raise FlameprofError(
+            f"bad budget {text!r}: {name!r} is not a phase ({', '.join(PHASE_IDS)}); "
+            "use layer:REGEX or fn:REGEX for layers and functions"
+        )
     return Budget("phase", name, limit)
 
 
@@ -101,8 +105,10 @@ def make_basis(analysis: Analysis, name: str) -> Basis:
     if name == "step":
         mask, count = steady_mask(analysis)
         if not count:
-            raise FlameprofError("no steady-state training/inference steps found in the profile; "
-                                 "use --of wall (or mark steps with flameprof.step())")
+            raise FlameprofError(
+                "no steady-state training/inference steps found in the profile; "
+                "use --of wall (or mark steps with flameprof.step())"
+            )
     else:
         mask, count = analysis.loop_mask(), 1
     return Basis(name, mask, float(analysis.profile.sample_wall[mask].sum()), count)
@@ -139,7 +145,9 @@ def item_seconds(analysis: Analysis, basis: Basis) -> dict[tuple[str, str], floa
     out: dict[tuple[str, str], float] = {}
     for name, ids in PHASE_IDS.items():
         if name in PHASES or "." in name:
-            out[("phase", name)] = float(profile.sample_wall[basis.mask & np.isin(analysis.sample_phase, ids)].sum())
+            out[("phase", name)] = float(
+                profile.sample_wall[basis.mask & np.isin(analysis.sample_phase, ids)].sum()
+            )
     weights = stack_weights(profile, profile.sample_wall, basis.mask)
     frames = profile.frames
     for row in rank_frames(profile, weights, [f.kind == "layer" for f in frames], None, lambda f: f.name):
@@ -154,8 +162,8 @@ def item_seconds(analysis: Analysis, basis: Basis) -> dict[tuple[str, str], floa
 class CheckResult:
     basis: str
     budgets: list[dict] = field(default_factory=list)
-    regressions: list[dict] = field(default_factory=list)   # every item over the allowed growth
-    changes: list[dict] = field(default_factory=list)       # the largest growths, for context
+    regressions: list[dict] = field(default_factory=list)  # every item over the allowed growth
+    changes: list[dict] = field(default_factory=list)  # the largest growths, for context
     max_regression: float | None = None
 
     @property
@@ -163,12 +171,24 @@ class CheckResult:
         return all(b["ok"] for b in self.budgets) and not self.regressions
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "basis": self.basis, "budgets": self.budgets, "max_regression_pct": self.max_regression,
-                "regressions": self.regressions, "largest_changes": self.changes}
+        return {
+            "ok": self.ok,
+            "basis": self.basis,
+            "budgets": self.budgets,
+            "max_regression_pct": self.max_regression,
+            "regressions": self.regressions,
+            "largest_changes": self.changes,
+        }
 
 
-def check(profile: Profile, budgets: list[Budget], basis: str = "auto", baseline: Profile | None = None,
-          max_regression: float | None = None, top: int = 10) -> CheckResult:
+def check(
+    profile: Profile,
+    budgets: list[Budget],
+    basis: str = "auto",
+    baseline: Profile | None = None,
+    max_regression: float | None = None,
+    top: int = 10,
+) -> CheckResult:
     """Measure ``budgets`` on ``profile`` and, with a baseline, the growth of every phase, layer and function."""
     new = analyze(profile, top=0)
     base = analyze(baseline, top=0) if baseline is not None else None
@@ -180,9 +200,16 @@ def check(profile: Profile, budgets: list[Budget], basis: str = "auto", baseline
     for budget in budgets:
         seconds = budget_seconds(new, new_basis, budget)
         pct = 100.0 * seconds / new_basis.seconds if new_basis.seconds > 0 else 0.0
-        result.budgets.append({"name": budget.name, "kind": budget.kind, "limit_pct": budget.limit,
-                               "actual_pct": round(pct, 3), "seconds": round(seconds, 6),
-                               "ok": round(pct, 6) <= budget.limit})
+        result.budgets.append(
+            {
+                "name": budget.name,
+                "kind": budget.kind,
+                "limit_pct": budget.limit,
+                "actual_pct": round(pct, 3),
+                "seconds": round(seconds, 6),
+                "ok": round(pct, 6) <= budget.limit,
+            }
+        )
     if base is None or max_regression is None:
         return result
     base_basis = make_basis(base, name)
@@ -190,14 +217,23 @@ def check(profile: Profile, budgets: list[Budget], basis: str = "auto", baseline
         raise FlameprofError("the baseline profile has no samples on its loop thread to compare with")
     new_items, base_items = item_seconds(new, new_basis), item_seconds(base, base_basis)
     # Normalise to shares (wall) or to per-step seconds over the baseline's step time (step).
-    new_norm = new_basis.seconds if name == "wall" else new_basis.steps * base_basis.seconds / base_basis.steps
+    new_norm = (
+        new_basis.seconds if name == "wall" else new_basis.steps * base_basis.seconds / base_basis.steps
+    )
     base_norm = base_basis.seconds
     rows = []
     for key in set(new_items) | set(base_items):
         before = 100.0 * base_items.get(key, 0.0) / base_norm
         after = 100.0 * new_items.get(key, 0.0) / new_norm if new_norm > 0 else 0.0
-        rows.append({"kind": key[0], "name": key[1], "base_pct": round(before, 3), "new_pct": round(after, 3),
-                     "growth_pct": round(after - before, 3)})
+        rows.append(
+            {
+                "kind": key[0],
+                "name": key[1],
+                "base_pct": round(before, 3),
+                "new_pct": round(after, 3),
+                "growth_pct": round(after - before, 3),
+            }
+        )
     rows.sort(key=lambda r: (-r["growth_pct"], r["kind"], r["name"]))
     result.regressions = [r for r in rows if r["growth_pct"] > max_regression]
     result.changes = rows[:top]

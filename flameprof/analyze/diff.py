@@ -22,8 +22,9 @@ BASE_TOTAL = "base_total"
 BASE_SELF = "base_self"
 
 
-def diff_tree(base: Profile, new: Profile, mode: str = "wall", view: str = "code",
-              normalize: bool = False) -> CallTree:
+def diff_tree(
+    base: Profile, new: Profile, mode: str = "wall", view: str = "code", normalize: bool = False
+) -> CallTree:
     """NEW's call tree with columns ``base_total`` and ``base_self``: BASE's weights of the same paths
     (0 where BASE never took that path), scaled to NEW's total when ``normalize``."""
     new_tree = build_tree(new, mode, view)
@@ -54,7 +55,7 @@ def diff_tree(base: Profile, new: Profile, mode: str = "wall", view: str = "code
 class Change:
     """One function, layer or phase: its weight in BASE and NEW (shares of each total when normalized)."""
 
-    kind: str          # function, layer or phase
+    kind: str  # function, layer or phase
     name: str
     base_self: float
     new_self: float
@@ -82,14 +83,23 @@ def changes(base: Profile, new: Profile, mode: str = "wall", normalize: bool = F
         return (1.0 / total_a if total_a > 0 else 0.0), (1.0 / total_b if total_b > 0 else 0.0)
 
     for kind, rows_a, rows_b, sa, sb in (
-            ("function", a.functions, b.functions, *scales(a.function_total, b.function_total)),
-            ("layer", a.layers, b.layers, *scales(a.loop_seconds, b.loop_seconds))):
+        ("function", a.functions, b.functions, *scales(a.function_total, b.function_total)),
+        ("layer", a.layers, b.layers, *scales(a.loop_seconds, b.loop_seconds)),
+    ):
         before = {r.name: r for r in rows_a}
         after = {r.name: r for r in rows_b}
         for name in sorted(set(before) | set(after)):
             ra, rb = before.get(name), after.get(name)
-            out.append(Change(kind, name, ra.self_s * sa if ra else 0.0, rb.self_s * sb if rb else 0.0,
-                              ra.total_s * sa if ra else 0.0, rb.total_s * sb if rb else 0.0))
+            out.append(
+                Change(
+                    kind,
+                    name,
+                    ra.self_s * sa if ra else 0.0,
+                    rb.self_s * sb if rb else 0.0,
+                    ra.total_s * sa if ra else 0.0,
+                    rb.total_s * sb if rb else 0.0,
+                )
+            )
     sa, sb = scales(a.loop_seconds, b.loop_seconds)
     for i, name in enumerate(LEAF_PHASES):
         pa, pb = float(a.phase_seconds[i]) * sa, float(b.phase_seconds[i]) * sb
@@ -100,7 +110,9 @@ def changes(base: Profile, new: Profile, mode: str = "wall", normalize: bool = F
 
 def largest(items: list[Change], kind: str, limit: int = 10) -> tuple[list[Change], list[Change]]:
     """The ``limit`` largest regressions (growth, largest first) and improvements of ``kind``."""
-    rows = [c for c in items if c.kind == kind and abs(c.delta) > 1e-9 * max(c.base_total, c.new_total)]  # not noise
+    rows = [
+        c for c in items if c.kind == kind and abs(c.delta) > 1e-9 * max(c.base_total, c.new_total)
+    ]  # not noise
     grown = sorted((c for c in rows if c.delta > 0), key=lambda c: (-c.delta, c.name))[:limit]
     shrunk = sorted((c for c in rows if c.delta < 0), key=lambda c: (c.delta, c.name))[:limit]
     return grown, shrunk

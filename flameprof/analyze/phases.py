@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -37,7 +37,15 @@ DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
 RULE_PHASES = {name: name for name in LEAF_PHASES} | {"data": "data.fetch"}
 
 # Priority of the built-in rules (lower wins); data.wait and data.fetch tie, so the innermost decides.
-_PRIORITY = {"data.wait": 0, "data.fetch": 0, "backward": 1, "optimizer": 2, "sync": 3, "forward": 4, "other": 5}
+_PRIORITY = {
+    "data.wait": 0,
+    "data.fetch": 0,
+    "backward": 1,
+    "optimizer": 2,
+    "sync": 3,
+    "forward": 4,
+    "other": 5,
+}
 
 _DL = "torch/utils/data/dataloader.py"
 BUILTIN_RULES: tuple[tuple[str, str], ...] = (
@@ -90,7 +98,7 @@ class Rule:
     user: bool = False
     kind: str = ""
 
-    def compile(self) -> "_Matcher":
+    def compile(self) -> _Matcher:
         return _Matcher(self)
 
 
@@ -132,7 +140,9 @@ def parse_rule(text: str) -> Rule:
         raise FlameprofError(f"bad --phase rule {text!r}: unknown phase {name!r} (expected one of {names})")
     path, func = split_pattern(pattern)
     if not func.strip() or (not path.strip() and func != pattern):
-        raise FlameprofError(f"bad --phase rule {text!r}: expected PATTERN as FUNCTION or PATH:FUNCTION globs")
+        raise FlameprofError(
+            f"bad --phase rule {text!r}: expected PATTERN as FUNCTION or PATH:FUNCTION globs"
+        )
     return Rule(RULE_PHASES[name], pattern, user=True)
 
 
@@ -196,8 +206,9 @@ class Classifier:
         parent_user, parent_builtin = state
         if user < 0:
             user = parent_user
-        if builtin < 0 or (parent_builtin >= 0 and
-                           _PRIORITY[LEAF_PHASES[parent_builtin]] < _PRIORITY[LEAF_PHASES[builtin]]):
+        if builtin < 0 or (
+            parent_builtin >= 0 and _PRIORITY[LEAF_PHASES[parent_builtin]] < _PRIORITY[LEAF_PHASES[builtin]]
+        ):
             builtin = parent_builtin
         return user, builtin
 

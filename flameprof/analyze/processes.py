@@ -10,8 +10,8 @@ dataloader worker M``) or, without ranks, all of them. The loop and its steps co
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -43,19 +43,19 @@ class LoopProcess:
 
     role: str
     steps: int = 0
-    step_p50: float = 0.0                                              # steady-state median step, seconds
-    phase_per_step: dict[str, float] = field(default_factory=dict)    # steady-state seconds per step
+    step_p50: float = 0.0  # steady-state median step, seconds
+    phase_per_step: dict[str, float] = field(default_factory=dict)  # steady-state seconds per step
     cpu_per_step: float = 0.0
-    data_wait: float = 0.0                                             # loop thread, whole run
+    data_wait: float = 0.0  # loop thread, whole run
     workers: list[WorkerActivity] = field(default_factory=list)
 
 
 @dataclass
 class ProcessAnalysis:
     loops: list[LoopProcess]
-    straggler: str | None = None      # the slowest rank when there are several
+    straggler: str | None = None  # the slowest rank when there are several
     fastest: str | None = None
-    excess: float = 0.0               # straggler's median step over the fastest rank's, as a fraction
+    excess: float = 0.0  # straggler's median step over the fastest rank's, as a fraction
 
 
 def sample_processes(profile: Profile) -> tuple[list[str], np.ndarray]:
@@ -111,7 +111,9 @@ def analyze_processes(profile: Profile, rules: Sequence[Rule] = ()) -> ProcessAn
         waits = _measure_loop(profile, phases, mask, loop)
         for label in workers.get(key, []):
             worker = of_sample == labels.index(label)
-            loop.workers.append(_worker_activity(profile, fetching[profile.sample_stack], worker, label, waits))
+            loop.workers.append(
+                _worker_activity(profile, fetching[profile.sample_stack], worker, label, waits)
+            )
     result = ProcessAnalysis(list(loops.values()))
     ranks = [loop for loop in result.loops if _RANK.match(_HOST.sub("", loop.role)) and loop.steps]
     if len(ranks) >= 2:
@@ -145,8 +147,9 @@ def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: 
     return _union(sub.sample_time[waiting] - sub.sample_wall[waiting], sub.sample_time[waiting])
 
 
-def _worker_activity(profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str,
-                     waits: tuple) -> WorkerActivity:
+def _worker_activity(
+    profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str, waits: tuple
+) -> WorkerActivity:
     """Seconds of the worker's busiest thread inside the wait intervals, in the fetcher or not."""
     threads = profile.sample_thread[mask]
     if not len(threads):
@@ -161,10 +164,21 @@ def _worker_activity(profile: Profile, fetching: np.ndarray, mask: np.ndarray, l
 def _only(profile: Profile, mask: np.ndarray) -> Profile:
     """``profile`` with only the samples of ``mask`` (tables shared; marks of those samples' threads)."""
     threads = set(np.unique(profile.sample_thread[mask]).tolist())
-    return Profile(profile.frames, profile.stack_parent, profile.stack_frame, profile.threads, profile.processes,
-                   profile.sample_time[mask], profile.sample_thread[mask], profile.sample_stack[mask],
-                   profile.sample_wall[mask], profile.sample_cpu[mask],
-                   [m for m in profile.marks if m.thread in threads], {}, profile.meta)
+    return Profile(
+        profile.frames,
+        profile.stack_parent,
+        profile.stack_frame,
+        profile.threads,
+        profile.processes,
+        profile.sample_time[mask],
+        profile.sample_thread[mask],
+        profile.sample_stack[mask],
+        profile.sample_wall[mask],
+        profile.sample_cpu[mask],
+        [m for m in profile.marks if m.thread in threads],
+        {},
+        profile.meta,
+    )
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,20 +217,30 @@ def process_lines(result: ProcessAnalysis) -> list[str]:
             busy = sum(w.busy for w in loop.workers)
             idle = sum(w.idle for w in loop.workers)
             share = busy / (busy + idle) if busy + idle > 0 else 0.0
-            lines.append(f"{loop.role} waited {loop.data_wait:.2f} s for batches; meanwhile its "
-                         f"{len(loop.workers)} DataLoader worker(s) were busy {100 * share:.0f}% of the time "
-                         f"(" + ", ".join(f"{w.role.split(': ')[-1]} {w.busy:.2f} s busy / {w.idle:.2f} s idle"
-                                          for w in loop.workers) + ")")
+            lines.append(
+                f"{loop.role} waited {loop.data_wait:.2f} s for batches; meanwhile its "
+                f"{len(loop.workers)} DataLoader worker(s) were busy {100 * share:.0f}% of the time "
+                f"("
+                + ", ".join(
+                    f"{w.role.split(': ')[-1]} {w.busy:.2f} s busy / {w.idle:.2f} s idle"
+                    for w in loop.workers
+                )
+                + ")"
+            )
         if loop.steps and _RANK.match(_HOST.sub("", loop.role)):
             phases = ", ".join(f"{name} {1e3 * s:.1f}" for name, s in loop.phase_per_step.items())
-            lines.append(f"{loop.role}: {loop.steps} steady steps, p50 {1e3 * loop.step_p50:.1f} ms "
-                         f"(ms per step: {phases}; CPU {1e3 * loop.cpu_per_step:.1f})")
+            lines.append(
+                f"{loop.role}: {loop.steps} steady steps, p50 {1e3 * loop.step_p50:.1f} ms "
+                f"(ms per step: {phases}; CPU {1e3 * loop.cpu_per_step:.1f})"
+            )
     if result.straggler is not None:
         slow = next(loop for loop in result.loops if loop.role == result.straggler)
         fast = next(loop for loop in result.loops if loop.role == result.fastest)
-        lines.append(f"slowest rank: {slow.role}, p50 step {1e3 * slow.step_p50:.1f} ms, "
-                     f"{100 * result.excess:.0f}% ({1e3 * (slow.step_p50 - fast.step_p50):.1f} ms) slower than "
-                     f"{fast.role}")
+        lines.append(
+            f"slowest rank: {slow.role}, p50 step {1e3 * slow.step_p50:.1f} ms, "
+            f"{100 * result.excess:.0f}% ({1e3 * (slow.step_p50 - fast.step_p50):.1f} ms) slower than "
+            f"{fast.role}"
+        )
     return lines
 
 
@@ -225,6 +249,10 @@ def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict | Non
     result = analyze_processes(profile, rules)
     if result is None:
         return None
-    return {"loops": [asdict(loop) for loop in result.loops], "straggler": result.straggler,
-            "fastest_rank": result.fastest, "straggler_excess_percent": round(100 * result.excess, 3),
-            "lines": process_lines(result)}
+    return {
+        "loops": [asdict(loop) for loop in result.loops],
+        "straggler": result.straggler,
+        "fastest_rank": result.fastest,
+        "straggler_excess_percent": round(100 * result.excess, 3),
+        "lines": process_lines(result),
+    }

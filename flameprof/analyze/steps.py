@@ -33,11 +33,11 @@ _STAGE_OF_PHASE = np.array([_STAGE.get(p, -1) for p in LEAF_PHASES], dtype=np.in
 class StepTable:
     """``n`` steps: ``bounds`` (n+1 times, the sample time base), ``phase_seconds`` (n x leaf phases)."""
 
-    source: str                 # "marks:step", "marks:batch", "samples" or "none"
-    thread: int                 # the loop's thread (index into profile.threads), -1 when none
+    source: str  # "marks:step", "marks:batch", "samples" or "none"
+    thread: int  # the loop's thread (index into profile.threads), -1 when none
     bounds: np.ndarray
     phase_seconds: np.ndarray
-    warmup: int                 # the first ``warmup`` steps are warm-up
+    warmup: int  # the first ``warmup`` steps are warm-up
 
     @property
     def count(self) -> int:
@@ -51,7 +51,7 @@ class StepTable:
     def steady(self) -> np.ndarray:
         """Boolean mask of the steady-state steps."""
         mask = np.ones(self.count, dtype=bool)
-        mask[:self.warmup] = False
+        mask[: self.warmup] = False
         return mask
 
     def steady_phase_seconds(self) -> np.ndarray:

@@ -10,8 +10,9 @@ def process_label(profile: Profile, pid: int) -> str:
     for info in profile.processes:
         if info.pid == pid:
             role = info.role or "process"
-            return f"{role} (pid {pid})" + (f" on {info.host}" if info.host and len(
-                {p.host for p in profile.processes}) > 1 else "")
+            return f"{role} (pid {pid})" + (
+                f" on {info.host}" if info.host and len({p.host for p in profile.processes}) > 1 else ""
+            )
     return f"pid {pid}"
 
 

@@ -22,14 +22,14 @@ class Node:
     """A snapshot of one node, for code that walks a few nodes rather than whole columns."""
 
     index: int
-    frame: Frame | None          # None for the root
+    frame: Frame | None  # None for the root
     label: str
-    total: float                 # weight of the node and everything it called
-    self_weight: float           # weight of samples whose leaf is this node
+    total: float  # weight of the node and everything it called
+    self_weight: float  # weight of samples whose leaf is this node
     samples: float
     self_samples: float
     depth: int
-    children: tuple[int, ...]    # node indexes, in label order
+    children: tuple[int, ...]  # node indexes, in label order
 
 
 @dataclass
@@ -43,16 +43,18 @@ class CallTree:
 
     frames: list[Frame]
     labels: list[str]
-    parent: np.ndarray           # int32, -1 for the root
-    frame: np.ndarray            # int32 index into frames/labels, -1 for the root
-    depth: np.ndarray            # int32, 0 for the root
-    total: np.ndarray            # float64
-    self_weight: np.ndarray      # float64
-    samples: np.ndarray          # float64
-    self_samples: np.ndarray     # float64
+    parent: np.ndarray  # int32, -1 for the root
+    frame: np.ndarray  # int32 index into frames/labels, -1 for the root
+    depth: np.ndarray  # int32, 0 for the root
+    total: np.ndarray  # float64
+    self_weight: np.ndarray  # float64
+    samples: np.ndarray  # float64
+    self_samples: np.ndarray  # float64
     unit: str = "seconds"
     columns: dict[str, np.ndarray] = field(default_factory=dict)
-    _children: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+    _children: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.parent)
@@ -64,13 +66,21 @@ class CallTree:
     def children(self, i: int) -> np.ndarray:
         """Child node indexes of ``i`` in label order (flamegraph.pl's left-to-right order)."""
         order, starts = self._child_index()
-        return order[starts[i]:starts[i + 1]]
+        return order[starts[i] : starts[i + 1]]
 
     def node(self, i: int) -> Node:
         f = int(self.frame[i])
-        return Node(i, self.frames[f] if f >= 0 else None, self.label(i), float(self.total[i]),
-                    float(self.self_weight[i]), float(self.samples[i]), float(self.self_samples[i]),
-                    int(self.depth[i]), tuple(self.children(i).tolist()))
+        return Node(
+            i,
+            self.frames[f] if f >= 0 else None,
+            self.label(i),
+            float(self.total[i]),
+            float(self.self_weight[i]),
+            float(self.samples[i]),
+            float(self.self_samples[i]),
+            int(self.depth[i]),
+            tuple(self.children(i).tolist()),
+        )
 
     def offsets(self) -> np.ndarray:
         """Where each node starts along the x axis, in weight units: children side by side in label
@@ -78,27 +88,37 @@ class CallTree:
         order, starts = self._child_index()
         before = np.zeros(len(self))
         child_totals = self.total[order]
-        running = np.cumsum(child_totals) - child_totals       # exclusive prefix sums in child order
+        running = np.cumsum(child_totals) - child_totals  # exclusive prefix sums in child order
         before[order] = running - running[starts[self.parent[order]]]
         start = np.zeros(len(self))
         for level in _by_depth(self.depth)[1:]:
             start[level] = start[self.parent[level]] + before[level]
         return start
 
-    def prune(self, min_total: float) -> "CallTree":
+    def prune(self, min_total: float) -> CallTree:
         """The tree without nodes lighter than ``min_total`` (their ancestors are heavier, so it stays a
         tree); the root is always kept."""
         keep = self.total >= min_total
         keep[0] = True
         return self.subset(np.flatnonzero(keep))
 
-    def subset(self, nodes: np.ndarray) -> "CallTree":
+    def subset(self, nodes: np.ndarray) -> CallTree:
         """A tree of the given nodes (ascending, every node's parent included), renumbered."""
-        new_index = np.full(len(self) + 1, -1, dtype=np.int32)   # slot -1 maps the root's parent
+        new_index = np.full(len(self) + 1, -1, dtype=np.int32)  # slot -1 maps the root's parent
         new_index[nodes] = np.arange(len(nodes), dtype=np.int32)
-        return CallTree(self.frames, self.labels, new_index[self.parent[nodes]], self.frame[nodes],
-                        self.depth[nodes], self.total[nodes], self.self_weight[nodes], self.samples[nodes],
-                        self.self_samples[nodes], self.unit, {k: v[nodes] for k, v in self.columns.items()})
+        return CallTree(
+            self.frames,
+            self.labels,
+            new_index[self.parent[nodes]],
+            self.frame[nodes],
+            self.depth[nodes],
+            self.total[nodes],
+            self.self_weight[nodes],
+            self.samples[nodes],
+            self.self_samples[nodes],
+            self.unit,
+            {k: v[nodes] for k, v in self.columns.items()},
+        )
 
     def _child_index(self) -> tuple[np.ndarray, np.ndarray]:
         if self._children is not None:
@@ -113,19 +133,22 @@ class CallTree:
 
 def tree_unit(profile: Profile, mode: str) -> str:
     """``count`` when the weights are counts (imported folded text, or ``mode`` samples), else ``seconds``."""
-    return "count" if mode == "samples" or profile.meta.get("weight_unit", "seconds") == "count" else "seconds"
+    return (
+        "count" if mode == "samples" or profile.meta.get("weight_unit", "seconds") == "count" else "seconds"
+    )
 
 
 def build_tree(profile: Profile, mode: str = "wall", view: str = "code") -> CallTree:
     """The call tree of ``profile`` seen in ``view``, weighted by ``mode`` (wall, cpu or samples)."""
     unit = tree_unit(profile, mode)
     counted = profile.meta.get("weight_unit", "seconds") == "count"
-    weight_mode = "wall" if counted and mode == "samples" else mode   # a folded count is the sample count
+    weight_mode = "wall" if counted and mode == "samples" else mode  # a folded count is the sample count
     if view == "code":
         parent, node_frame, frames, self_w, self_n = _from_profile(profile, weight_mode)
     else:
         parent, node_frame, frames, self_w, self_n = _from_stacks(
-            display_stacks(profile, weight_mode, view), display_stacks(profile, "samples", view))
+            display_stacks(profile, weight_mode, view), display_stacks(profile, "samples", view)
+        )
     if counted:
         self_n = self_w
     return _finish(parent, node_frame, frames, Labeler(profile.meta), self_w, self_n, unit)
@@ -178,15 +201,27 @@ def _from_stacks(weighted, counted):
         add(stack, value, self_w, self_n)
     for stack, value in counted:
         add(stack, value, self_n, self_w)
-    return (np.asarray(parent, dtype=np.int32), np.asarray(node_frame, dtype=np.int32), frames,
-            np.asarray(self_w, dtype=np.float64), np.asarray(self_n, dtype=np.float64))
+    return (
+        np.asarray(parent, dtype=np.int32),
+        np.asarray(node_frame, dtype=np.int32),
+        frames,
+        np.asarray(self_w, dtype=np.float64),
+        np.asarray(self_n, dtype=np.float64),
+    )
 
 
-def _finish(parent: np.ndarray, node_frame: np.ndarray, frames: list[Frame], labeler: Labeler,
-            self_w: np.ndarray, self_n: np.ndarray, unit: str) -> CallTree:
+def _finish(
+    parent: np.ndarray,
+    node_frame: np.ndarray,
+    frames: list[Frame],
+    labeler: Labeler,
+    self_w: np.ndarray,
+    self_n: np.ndarray,
+    unit: str,
+) -> CallTree:
     depth = _depths(parent)
     label_ids: dict[str, int] = {}
-    display_frames: list[Frame] = []       # the first frame of each distinct label
+    display_frames: list[Frame] = []  # the first frame of each distinct label
     frame_label = np.empty(len(frames), dtype=np.int32)
     for i, f in enumerate(frames):
         text = labeler.label(f)
@@ -197,11 +232,14 @@ def _finish(parent: np.ndarray, node_frame: np.ndarray, frames: list[Frame], lab
         frame_label[i] = j
     node_label = np.full(len(parent), -1, dtype=np.int32)
     node_label[1:] = frame_label[node_frame[1:]]
-    if len(display_frames) < len(frames):      # two frames share a label: merge their sibling nodes
-        parent, node_label, depth, self_w, self_n = _merge_same_label(parent, node_label, depth, self_w, self_n)
+    if len(display_frames) < len(frames):  # two frames share a label: merge their sibling nodes
+        parent, node_label, depth, self_w, self_n = _merge_same_label(
+            parent, node_label, depth, self_w, self_n
+        )
     total, samples = _subtree_sums(parent, depth, self_w, self_n)
-    return CallTree(display_frames, list(label_ids), parent, node_label, depth, total, self_w, samples, self_n,
-                    unit)
+    return CallTree(
+        display_frames, list(label_ids), parent, node_label, depth, total, self_w, samples, self_n, unit
+    )
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -210,7 +248,7 @@ def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
     # a stable sort of 16-bit keys is a radix sort: several times faster on millions of nodes
     order = np.argsort(depth.astype(np.uint16) if deepest < 1 << 16 else depth, kind="stable")
     bounds = np.searchsorted(depth[order], np.arange(deepest + 2))
-    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+    return [order[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 
 def _depths(parent: np.ndarray) -> np.ndarray:
@@ -251,12 +289,19 @@ def _merge_same_label(parent, node_label, depth, self_w, self_n):
         count += len(uniq)
     w = np.bincount(new_id, weights=self_w, minlength=count)
     n = np.bincount(new_id, weights=self_n, minlength=count)
-    return (np.concatenate(new_parent).astype(np.int32), np.concatenate(new_label).astype(np.int32),
-            np.concatenate(new_depth).astype(np.int32), w, n)
+    return (
+        np.concatenate(new_parent).astype(np.int32),
+        np.concatenate(new_label).astype(np.int32),
+        np.concatenate(new_depth).astype(np.int32),
+        w,
+        n,
+    )
 
 
 def _label_ranks(labels: list[str]) -> np.ndarray:
-    rank = np.empty(len(labels) + 1, dtype=np.int64)     # slot -1: the root, which is nobody's child
-    rank[np.array(sorted(range(len(labels)), key=labels.__getitem__), dtype=np.int64)] = np.arange(len(labels))
+    rank = np.empty(len(labels) + 1, dtype=np.int64)  # slot -1: the root, which is nobody's child
+    rank[np.array(sorted(range(len(labels)), key=labels.__getitem__), dtype=np.int64)] = np.arange(
+        len(labels)
+    )
     rank[-1] = -1
     return rank

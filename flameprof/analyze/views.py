@@ -5,7 +5,7 @@ Renderers ask for ``display_stacks`` and never look at how a profile was collect
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..model.profile import Frame, Profile, iter_stacks
 from .phases import Classifier, profile_rules
@@ -15,7 +15,9 @@ _ROOT_KINDS = ("process", "thread")
 _LAYER_KINDS = ("layer", "scope")
 
 
-def display_stacks(profile: Profile, mode: str = "wall", view: str = "code") -> Iterator[tuple[list[Frame], float]]:
+def display_stacks(
+    profile: Profile, mode: str = "wall", view: str = "code"
+) -> Iterator[tuple[list[Frame], float]]:
     """Aggregated (root-first frames, weight) pairs of ``profile`` as seen in ``view``.
 
     ``code``: the recorded frames. ``layers``: only layer and user-scope frames (under any

@@ -16,31 +16,52 @@ def positive_duration(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
-    if not 0 < value < 10 ** 7:
+    if not 0 < value < 10**7:
         raise argparse.ArgumentTypeError(f"duration must be a positive number of seconds, not {text}")
     return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("attach", help="profile a running Python process",
-                       description="Profile a running CPython 3.10-3.13 process for --duration seconds (or until "
-                                   "Ctrl-C) and write the same outputs as flameprof run. The process keeps running.",
-                       usage="flameprof attach [options] PID")
+    p = sub.add_parser(
+        "attach",
+        help="profile a running Python process",
+        description="Profile a running CPython 3.10-3.13 process for --duration seconds (or until "
+        "Ctrl-C) and write the same outputs as flameprof run. The process keeps running.",
+        usage="flameprof attach [options] PID",
+    )
     p.add_argument("pid", type=int, metavar="PID", help="the process to profile")
-    p.add_argument("--duration", type=positive_duration, metavar="S",
-                   help="seconds to profile (default: until Ctrl-C)")
-    p.add_argument("--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)")
-    p.add_argument("-o", "--output", default="flameprof-out", metavar="DIR",
-                   help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)")
-    p.add_argument("--backend", choices=BACKENDS, default="inject",
-                   help="inject: run flameprof's sampler inside the process through gdb (layers, phases, CPU "
-                        "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
-                        "when injection is impossible)")
-    p.add_argument("--subprocesses", action="store_true",
-                   help="also profile the process's Python child processes (DataLoader workers), also those "
-                        "started during the attach")
-    p.add_argument("--backward-layers", action="store_true",
-                   help="as for flameprof run (inject only): attribute backward time to layers with autograd hooks")
+    p.add_argument(
+        "--duration", type=positive_duration, metavar="S", help="seconds to profile (default: until Ctrl-C)"
+    )
+    p.add_argument(
+        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default="flameprof-out",
+        metavar="DIR",
+        help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="inject",
+        help="inject: run flameprof's sampler inside the process through gdb (layers, phases, CPU "
+        "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
+        "when injection is impossible)",
+    )
+    p.add_argument(
+        "--subprocesses",
+        action="store_true",
+        help="also profile the process's Python child processes (DataLoader workers), also those "
+        "started during the attach",
+    )
+    p.add_argument(
+        "--backward-layers",
+        action="store_true",
+        help="as for flameprof run (inject only): attribute backward time to layers with autograd hooks",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     add_render_options(p)
     p.set_defaults(func=attach)
@@ -64,12 +85,21 @@ def attach(args: argparse.Namespace) -> int:
 
         children = python_descendants(target.pid, _note) if args.subprocesses else []
         try:
-            profile = inject.record(target, args.duration, args.rate, _note, children, args.backward_layers,
-                                   follow_forks=args.subprocesses)
+            profile = inject.record(
+                target,
+                args.duration,
+                args.rate,
+                _note,
+                children,
+                args.backward_layers,
+                follow_forks=args.subprocesses,
+            )
         except InjectUnavailable as exc:
             if find_pyspy() is None:
-                raise FlameprofError(f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
-                                     "is not installed (pip install py-spy)") from None
+                raise FlameprofError(
+                    f"cannot inject into process {target.pid}: {exc}; and py-spy, the fallback, "
+                    "is not installed (pip install py-spy)"
+                ) from None
             _note(f"cannot inject into process {target.pid}: {exc}; using py-spy instead")
     if profile is None:
         from ..collect.attach import pyspy

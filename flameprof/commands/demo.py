@@ -17,16 +17,28 @@ EXAMPLES = {"cnn": "flameprof.examples.cnn_train", "inference": "flameprof.examp
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="profile a built-in PyTorch example (CPU only, a few seconds)",
-                       description="Profile a built-in example: a small CNN training loop with a DataLoader "
-                                   "(cnn) or an inference loop (inference). Arguments after -- go to the "
-                                   "example, e.g. flameprof demo -- --slow-data --workers 2.",
-                       usage="flameprof demo [--example cnn|inference] [-o DIR] [--rate HZ] [-- example args ...]")
+    p = sub.add_parser(
+        "demo",
+        help="profile a built-in PyTorch example (CPU only, a few seconds)",
+        description="Profile a built-in example: a small CNN training loop with a DataLoader "
+        "(cnn) or an inference loop (inference). Arguments after -- go to the "
+        "example, e.g. flameprof demo -- --slow-data --workers 2.",
+        usage="flameprof demo [--example cnn|inference] [-o DIR] [--rate HZ] [-- example args ...]",
+    )
     p.add_argument("--example", choices=tuple(EXAMPLES), default="cnn", help="which example (default: cnn)")
-    p.add_argument("-o", "--output", default="flameprof-demo", metavar="DIR",
-                   help="directory for the profile and flame graph (default: ./flameprof-demo)")
-    p.add_argument("--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)")
-    p.add_argument("example_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for the example")
+    p.add_argument(
+        "-o",
+        "--output",
+        default="flameprof-demo",
+        metavar="DIR",
+        help="directory for the profile and flame graph (default: ./flameprof-demo)",
+    )
+    p.add_argument(
+        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
+    )
+    p.add_argument(
+        "example_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for the example"
+    )
     p.set_defaults(func=run)
 
 
@@ -42,8 +54,19 @@ def run(args: argparse.Namespace) -> int:
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    command = [sys.executable, "-m", "flameprof", "run", "-o", outdir, "--rate", str(args.rate),
-               "-m", EXAMPLES[args.example], *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "flameprof",
+        "run",
+        "-o",
+        outdir,
+        "--rate",
+        str(args.rate),
+        "-m",
+        EXAMPLES[args.example],
+        *extra,
+    ]
     code = subprocess.call(command, env=env)
     svg = os.path.join(outdir, "profile.svg")
     if not os.path.exists(svg):

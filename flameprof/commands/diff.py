@@ -10,21 +10,37 @@ from ..errors import FlameprofError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diff", help="differential flame graph and table of changes between two profiles",
-                       description="Compare two profiles (.flameprof or collapsed stacks): writes NEW's flame graph "
-                                   "coloured by change (red grew, blue shrank) and prints the largest regressions "
-                                   "and improvements by function, layer and phase.")
+    p = sub.add_parser(
+        "diff",
+        help="differential flame graph and table of changes between two profiles",
+        description="Compare two profiles (.flameprof or collapsed stacks): writes NEW's flame graph "
+        "coloured by change (red grew, blue shrank) and prints the largest regressions "
+        "and improvements by function, layer and phase.",
+    )
     p.add_argument("base", metavar="BASE", help="the baseline profile")
     p.add_argument("new", metavar="NEW", help="the profile to compare with it")
-    p.add_argument("-o", "--output", default="diff.svg", metavar="SVG", help="the differential graph (default: diff.svg)")
-    p.add_argument("--normalize", action="store_true",
-                   help="compare shares of each profile's total instead of absolute time")
-    p.add_argument("--mode", choices=("wall", "cpu", "samples"), default="wall", help="weight compared (default: wall)")
-    p.add_argument("--view", default="code", help="stacks compared in the graph: code (default), layers or phases")
-    p.add_argument("--table", choices=("text", "markdown"), default="text", help="format of the table on stdout")
+    p.add_argument(
+        "-o", "--output", default="diff.svg", metavar="SVG", help="the differential graph (default: diff.svg)"
+    )
+    p.add_argument(
+        "--normalize",
+        action="store_true",
+        help="compare shares of each profile's total instead of absolute time",
+    )
+    p.add_argument(
+        "--mode", choices=("wall", "cpu", "samples"), default="wall", help="weight compared (default: wall)"
+    )
+    p.add_argument(
+        "--view", default="code", help="stacks compared in the graph: code (default), layers or phases"
+    )
+    p.add_argument(
+        "--table", choices=("text", "markdown"), default="text", help="format of the table on stdout"
+    )
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default: 10)")
     p.add_argument("--title", help="graph title")
-    p.add_argument("--minwidth", type=float, default=0.1, metavar="PX", help="omit frames narrower than PX pixels")
+    p.add_argument(
+        "--minwidth", type=float, default=0.1, metavar="PX", help="omit frames narrower than PX pixels"
+    )
     p.add_argument("--icicle", action="store_true", help="draw the graph top-down")
     p.set_defaults(func=run)
 
@@ -33,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from ..analyze.diff import changes
     from ..analyze.tree import tree_unit
     from ..analyze.views import VIEWS
-    from ..collect.importers.load import load_input
     from ..atomic import write_text
+    from ..collect.importers.load import load_input
     from ..render.diff_svg import render_diff_svg
     from ..render.diff_table import diff_table
 
@@ -45,10 +61,20 @@ def run(args: argparse.Namespace) -> int:
     base, new = load_input(args.base), load_input(args.new)
     units = {tree_unit(base, args.mode), tree_unit(new, args.mode)}
     if len(units) > 1 and not args.normalize:
-        raise FlameprofError("one profile has times and the other sample counts; compare them with --normalize "
-                             "(or --mode samples)")
-    svg = render_diff_svg(base, new, mode=args.mode, view=args.view, normalize=args.normalize, title=args.title,
-                          minwidth=args.minwidth, icicle=args.icicle)
+        raise FlameprofError(
+            "one profile has times and the other sample counts; compare them with --normalize "
+            "(or --mode samples)"
+        )
+    svg = render_diff_svg(
+        base,
+        new,
+        mode=args.mode,
+        view=args.view,
+        normalize=args.normalize,
+        title=args.title,
+        minwidth=args.minwidth,
+        icicle=args.icicle,
+    )
     try:
         write_text(args.output, svg)
     except OSError as exc:

@@ -14,24 +14,39 @@ IMPORT_FORMATS = tuple(f for f in FORMATS if f != "flameprof")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import", help="convert py-spy, speedscope, perf script or folded stacks into a profile",
-                       description="Read py-spy raw or speedscope output, perf script text or collapsed stacks "
-                                   "(format detected unless --from is given) and write a .flameprof profile.")
+    p = sub.add_parser(
+        "import",
+        help="convert py-spy, speedscope, perf script or folded stacks into a profile",
+        description="Read py-spy raw or speedscope output, perf script text or collapsed stacks "
+        "(format detected unless --from is given) and write a .flameprof profile.",
+    )
     p.add_argument("input", metavar="INPUT", help="file to import, - for stdin")
     p.add_argument("--from", dest="fmt", choices=IMPORT_FORMATS, help="input format (default: detected)")
-    p.add_argument("-o", "--output", default="profile.flameprof", metavar="FILE",
-                   help="profile to write (default: profile.flameprof)")
-    p.add_argument("--strict", action="store_true",
-                   help="stop at the first malformed line instead of skipping it with a warning")
-    p.add_argument("--rate", type=positive_rate, metavar="HZ",
-                   help="sampling rate of count-weighted input (py-spy --rate), to turn counts into seconds")
+    p.add_argument(
+        "-o",
+        "--output",
+        default="profile.flameprof",
+        metavar="FILE",
+        help="profile to write (default: profile.flameprof)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop at the first malformed line instead of skipping it with a warning",
+    )
+    p.add_argument(
+        "--rate",
+        type=positive_rate,
+        metavar="HZ",
+        help="sampling rate of count-weighted input (py-spy --rate), to turn counts into seconds",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model import storage
     from ..collect.importers.folded import counts_to_seconds
     from ..collect.importers.load import load_bytes, read_bytes
+    from ..model import storage
 
     source = "<stdin>" if args.input == "-" else args.input
     profile = load_bytes(read_bytes(args.input), source, args.fmt, args.strict)
@@ -41,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
         storage.save(profile, args.output)
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    print(f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from {source} "
-          f"({profile.meta.get('collector', args.fmt)}, weights in {profile.meta.get('weight_unit', 'seconds')}) "
-          f"into {args.output}", file=sys.stderr)
+    print(
+        f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from {source} "
+        f"({profile.meta.get('collector', args.fmt)}, weights in {profile.meta.get('weight_unit', 'seconds')}) "
+        f"into {args.output}",
+        file=sys.stderr,
+    )
     return 0

@@ -10,9 +10,12 @@ from ..errors import FlameprofError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("merge", help="merge profiles of several processes or machines into one",
-                       description="Merge .flameprof profiles taken separately into one whose stacks are rooted "
-                                   "at each process (role and host), on a common time base.")
+    p = sub.add_parser(
+        "merge",
+        help="merge profiles of several processes or machines into one",
+        description="Merge .flameprof profiles taken separately into one whose stacks are rooted "
+        "at each process (role and host), on a common time base.",
+    )
     p.add_argument("profiles", nargs="+", metavar="PROFILE", help=".flameprof files to merge")
     p.add_argument("-o", "--output", required=True, metavar="FILE.flameprof", help="the merged profile")
     p.set_defaults(func=run)
@@ -31,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     hosts = merged.meta.get("hosts") or []
-    sys.stderr.write(f"flameprof: merged {len(profiles)} profiles ({len(merged.processes)} processes on "
-                     f"{len(hosts)} host(s), {merged.num_samples} samples) into {args.output}\n")
+    sys.stderr.write(
+        f"flameprof: merged {len(profiles)} profiles ({len(merged.processes)} processes on "
+        f"{len(hosts)} host(s), {merged.num_samples} samples) into {args.output}\n"
+    )
     return 0

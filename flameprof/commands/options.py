@@ -25,28 +25,57 @@ def export_formats(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in EXPORTS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown export format {', '.join(unknown) or repr(text)} "
-                                         f"(expected a comma-separated list of {', '.join(EXPORTS)})")
+        raise argparse.ArgumentTypeError(
+            f"unknown export format {', '.join(unknown) or repr(text)} "
+            f"(expected a comma-separated list of {', '.join(EXPORTS)})"
+        )
     return names
 
 
 def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu")) -> None:
     """How profiles are shown: weight, folded counts, flame graph look."""
-    parser.add_argument("--mode", choices=modes, default="wall",
-                        help="weight shown: wall time (idle time visible), CPU time"
-                             + (" or sample counts" if "samples" in modes else "") + " (default: wall)")
-    parser.add_argument("--count", choices=("samples", "ms"), default="samples",
-                        help="unit of the counts in folded output (default: samples)")
+    parser.add_argument(
+        "--mode",
+        choices=modes,
+        default="wall",
+        help="weight shown: wall time (idle time visible), CPU time"
+        + (" or sample counts" if "samples" in modes else "")
+        + " (default: wall)",
+    )
+    parser.add_argument(
+        "--count",
+        choices=("samples", "ms"),
+        default="samples",
+        help="unit of the counts in folded output (default: samples)",
+    )
     parser.add_argument("--title", help="flame graph title")
-    parser.add_argument("--minwidth", type=float, default=0.1, metavar="PX",
-                        help="omit frames narrower than PX pixels (default: 0.1)")
+    parser.add_argument(
+        "--minwidth",
+        type=float,
+        default=0.1,
+        metavar="PX",
+        help="omit frames narrower than PX pixels (default: 0.1)",
+    )
     parser.add_argument("--icicle", action="store_true", help="draw the flame graph top-down")
-    parser.add_argument("--format", dest="formats", type=export_formats, default=(), metavar="LIST",
-                        help="also write these exports, comma-separated: speedscope, chrome, pprof, html")
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        type=export_formats,
+        default=(),
+        metavar="LIST",
+        help="also write these exports, comma-separated: speedscope, chrome, pprof, html",
+    )
 
 
-def output_options(args: argparse.Namespace) -> "OutputOptions":
+def output_options(args: argparse.Namespace) -> OutputOptions:
     from ..render.options import OutputOptions
 
-    return OutputOptions(mode=args.mode, count=args.count, view=getattr(args, "view", "code"), title=args.title,
-                         minwidth=args.minwidth, icicle=args.icicle, formats=args.formats)
+    return OutputOptions(
+        mode=args.mode,
+        count=args.count,
+        view=getattr(args, "view", "code"),
+        title=args.title,
+        minwidth=args.minwidth,
+        icicle=args.icicle,
+        formats=args.formats,
+    )

@@ -14,12 +14,17 @@ FOLDED_SUFFIXES = (".folded", ".collapsed")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("render", help="draw a profile or folded stacks as an SVG flame graph",
-                       description="Render a .flameprof profile or collapsed stacks (flamegraph.pl's input; '-' reads "
-                                   "stdin) as an interactive SVG flame graph, or as folded text when OUT ends in "
-                                   ".folded or .collapsed.")
+    p = sub.add_parser(
+        "render",
+        help="draw a profile or folded stacks as an SVG flame graph",
+        description="Render a .flameprof profile or collapsed stacks (flamegraph.pl's input; '-' reads "
+        "stdin) as an interactive SVG flame graph, or as folded text when OUT ends in "
+        ".folded or .collapsed.",
+    )
     p.add_argument("input", metavar="INPUT", help="a .flameprof file, a folded-stacks file, or - for stdin")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="output file (.svg, .folded; - for stdout)")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="OUT", help="output file (.svg, .folded; - for stdout)"
+    )
     add_render_options(p, modes=("wall", "cpu", "samples"))
     p.add_argument("--view", default="code", help="which stacks to show: code (default), layers or phases")
     p.set_defaults(func=render)

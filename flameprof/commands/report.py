@@ -7,15 +7,33 @@ import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="phase breakdown, steps, top layers and the input-bound verdict",
-                       description="Report where a profiled training or inference loop spent its time.")
-    p.add_argument("profile", metavar="PROFILE", help="a .flameprof file or collapsed stacks ('-' reads stdin)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                   help="output format (default: text); json has stable keys for scripts and CI")
-    p.add_argument("--phase", action="append", default=[], metavar="NAME=PATTERN",
-                   help="add a phase rule, e.g. data=mytrain.py:load_batch (repeatable; beats built-in rules)")
-    p.add_argument("--mode", choices=("wall", "cpu"), default="wall",
-                   help="weight of the top-functions table (phases and steps are always wall time)")
+    p = sub.add_parser(
+        "report",
+        help="phase breakdown, steps, top layers and the input-bound verdict",
+        description="Report where a profiled training or inference loop spent its time.",
+    )
+    p.add_argument(
+        "profile", metavar="PROFILE", help="a .flameprof file or collapsed stacks ('-' reads stdin)"
+    )
+    p.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="output format (default: text); json has stable keys for scripts and CI",
+    )
+    p.add_argument(
+        "--phase",
+        action="append",
+        default=[],
+        metavar="NAME=PATTERN",
+        help="add a phase rule, e.g. data=mytrain.py:load_batch (repeatable; beats built-in rules)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="weight of the top-functions table (phases and steps are always wall time)",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.set_defaults(func=run)
 
@@ -29,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     profile = load_input(args.profile)
     text = render_report(report_data(profile, rules, args.mode, source=args.profile), args.format)
     if args.output:
-        from ..errors import FlameprofError
         from ..atomic import write_text
+        from ..errors import FlameprofError
 
         try:
             write_text(args.output, text)

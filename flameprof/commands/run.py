@@ -24,29 +24,61 @@ from .options import add_render_options, output_options, positive_rate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="profile a Python script or module, or any command, with its subprocesses",
-                       description="Run a script (or -m module) exactly as python would, sampling every thread; "
-                                   "or, after --, any command. Python subprocesses are profiled too.",
-                       usage="flameprof run [options] (script.py | -m module) [args ...]\n"
-                             "       flameprof run [options] -- command [args ...]")
-    p.add_argument("-o", "--output", default="flameprof-out", metavar="DIR",
-                   help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)")
-    p.add_argument("--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)")
-    p.add_argument("-m", dest="module", action="store_true", help="run a library module as a script, like python -m")
+    p = sub.add_parser(
+        "run",
+        help="profile a Python script or module, or any command, with its subprocesses",
+        description="Run a script (or -m module) exactly as python would, sampling every thread; "
+        "or, after --, any command. Python subprocesses are profiled too.",
+        usage="flameprof run [options] (script.py | -m module) [args ...]\n"
+        "       flameprof run [options] -- command [args ...]",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default="flameprof-out",
+        metavar="DIR",
+        help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)",
+    )
+    p.add_argument(
+        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
+    )
+    p.add_argument(
+        "-m", dest="module", action="store_true", help="run a library module as a script, like python -m"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
-    p.add_argument("--no-subprocesses", dest="subprocesses", action="store_false",
-                   help="profile only the first Python process, not the ones it starts "
-                        "(DataLoader workers, multiprocessing, subprocesses, ranks)")
-    p.add_argument("--backward-layers", action="store_true",
-                   help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
-                        "slows the model's forward and backward, see README)")
-    p.add_argument("--native", action="store_true",
-                   help="also record native (C/C++, PyTorch, MKL) stacks with perf and show them under the Python "
-                        "frames that called them (Linux, needs perf; see README)")
-    p.add_argument("--phase", action="append", default=[], metavar="NAME=PATTERN",
-                   help="add a phase rule, e.g. data=my_loader:next_batch (see README; repeatable)")
+    p.add_argument(
+        "--no-subprocesses",
+        dest="subprocesses",
+        action="store_false",
+        help="profile only the first Python process, not the ones it starts "
+        "(DataLoader workers, multiprocessing, subprocesses, ranks)",
+    )
+    p.add_argument(
+        "--backward-layers",
+        action="store_true",
+        help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
+        "slows the model's forward and backward, see README)",
+    )
+    p.add_argument(
+        "--native",
+        action="store_true",
+        help="also record native (C/C++, PyTorch, MKL) stacks with perf and show them under the Python "
+        "frames that called them (Linux, needs perf; see README)",
+    )
+    p.add_argument(
+        "--phase",
+        action="append",
+        default=[],
+        metavar="NAME=PATTERN",
+        help="add a phase rule, e.g. data=my_loader:next_batch (see README; repeatable)",
+    )
     add_render_options(p)
-    p.add_argument("target", nargs=argparse.REMAINDER, metavar="script.py | module", help="what to run, then its arguments")
+    p.add_argument(
+        "target",
+        nargs=argparse.REMAINDER,
+        metavar="script.py | module",
+        help="what to run, then its arguments",
+    )
     p.set_defaults(func=run)
 
 
@@ -109,14 +141,16 @@ def _start_native(rate: float):
 
 def _add_native(recording, profile, clock_zero: float):
     """``profile`` with perf's native stacks merged in; on any failure, one warning line and ``profile``."""
-    from ..collect.perf.merge import merge_native
     from ..collect.importers.perf_script import read_perf_script
+    from ..collect.perf.merge import merge_native
     from ..collect.perf.record import PerfUnavailable
 
     try:
         recording.stop()
         perf = read_perf_script(recording.script(), "perf script")
-        return merge_native(profile, perf, recording.pid, float(perf.meta.get("time_origin", 0.0)) - clock_zero)
+        return merge_native(
+            profile, perf, recording.pid, float(perf.meta.get("time_origin", 0.0)) - clock_zero
+        )
     except (PerfUnavailable, FlameprofError, OSError, ValueError) as exc:
         _warn_native(f"could not merge perf's stacks: {exc}")
         return profile
@@ -158,7 +192,9 @@ def run(args: argparse.Namespace) -> int:
         if args.native:
             _warn_native("native stacks are recorded for a script or -m module, not a -- command")
         return _run_command(rest, args)
-    target = script.module_target(rest[0], rest[1:]) if args.module else script.script_target(rest[0], rest[1:])
+    target = (
+        script.module_target(rest[0], rest[1:]) if args.module else script.script_target(rest[0], rest[1:])
+    )
     from ..render.outputs import prepare_output_dir
 
     _check_phase_rules(args.phase)

@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 import zlib
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flameprof.model.profile import Profile
@@ -55,6 +56,7 @@ def blocker(kind: str) -> Callable[[float], None]:
         def wait(seconds: float) -> None:
             with cond:
                 cond.wait(seconds)
+
         return wait
     if kind == "queue":
         q: queue.Queue = queue.Queue()
@@ -64,6 +66,7 @@ def blocker(kind: str) -> Callable[[float], None]:
                 q.get(timeout=seconds)
             except queue.Empty:
                 pass
+
         return get
     if kind == "socket":
         reader, writer = socket.socketpair()
@@ -72,8 +75,9 @@ def blocker(kind: str) -> Callable[[float], None]:
             reader.settimeout(seconds)
             try:
                 reader.recv(1)
-            except socket.timeout:
+            except TimeoutError:
                 pass
+
         # the function keeps the writer open: closed, it would end every read at once
         recv.keep = (reader, writer)  # type: ignore[attr-defined]
         return recv
@@ -104,7 +108,10 @@ def loop(kind: str, burst_ms: float, block_ms: float, seconds: float) -> dict[st
     cpu = time.thread_time()
     start = now = time.perf_counter()
     while now < start + seconds:
-        for part, (wall, cpu_part) in (("burst", burst(burst_ms / 1000)), ("block", block(block_for, block_ms / 1000))):
+        for part, (wall, cpu_part) in (
+            ("burst", burst(burst_ms / 1000)),
+            ("block", block(block_for, block_ms / 1000)),
+        ):
             spent["wall"][part] += wall
             spent["cpu"][part] += cpu_part
         now = time.perf_counter()
@@ -118,12 +125,14 @@ def shares(spent: dict[str, float]) -> dict[str, float]:
     return {part: spent[part] / spent["total"] for part in ("burst", "block")}
 
 
-def sampled_shares(profile: "Profile", thread_name: str, mode: str = "wall") -> dict[str, float]:
+def sampled_shares(profile: Profile, thread_name: str, mode: str = "wall") -> dict[str, float]:
     """The share of ``thread_name``'s samples (weighted by ``mode``) in ``burst`` and in ``block``."""
     names = {i for i, t in enumerate(profile.threads) if t.name == thread_name}
     weights = profile.weights(mode)
     found = {"burst": 0.0, "block": 0.0, "total": 0.0}
-    for stack, thread, weight in zip(profile.sample_stack.tolist(), profile.sample_thread.tolist(), weights.tolist()):
+    for stack, thread, weight in zip(
+        profile.sample_stack.tolist(), profile.sample_thread.tolist(), weights.tolist()
+    ):
         if thread not in names:
             continue
         functions = {profile.frames[f].name for f in profile.stack_frames(stack)}
@@ -135,8 +144,17 @@ def sampled_shares(profile: "Profile", thread_name: str, mode: str = "wall") -> 
     return {part: value / total for part, value in found.items()}
 
 
-def compare(kind: str, *, rate: float, seconds: float, burst_ms: float = 1.0, block_ms: float = 2.0,
-            in_thread: bool = False, others: int = 0, mode: str = "wall") -> tuple[dict, dict]:
+def compare(
+    kind: str,
+    *,
+    rate: float,
+    seconds: float,
+    burst_ms: float = 1.0,
+    block_ms: float = 2.0,
+    in_thread: bool = False,
+    others: int = 0,
+    mode: str = "wall",
+) -> tuple[dict, dict]:
     """Profile one run of ``loop``, in the main thread or another one, while ``others`` threads run
     loops of their own: (its own shares, the profile's shares)."""
     from flameprof.profiler import Profiler
@@ -180,8 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spent = loop(args.block, args.burst_ms, args.block_ms, args.seconds)["wall"]
     share = shares(spent)
-    print(f"burst {100 * share['burst']:.1f} %  block {100 * share['block']:.1f} %  "
-          f"(the loop's own timers, {spent['total']:.1f} s)", file=sys.stderr)
+    print(
+        f"burst {100 * share['burst']:.1f} %  block {100 * share['block']:.1f} %  "
+        f"(the loop's own timers, {spent['total']:.1f} s)",
+        file=sys.stderr,
+    )
     return 0
 
 

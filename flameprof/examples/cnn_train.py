@@ -50,11 +50,18 @@ class SmallCNN(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(32 * 8 * 8, 128), nn.ReLU(), nn.Dropout(0.1),
-                                        nn.Linear(128, classes))
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(32 * 8 * 8, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, classes)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x))
@@ -65,10 +72,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
-    parser.add_argument("--slow-data", nargs="?", type=float, const=0.002, default=0.0, metavar="SECONDS",
-                        help="extra seconds of Python work per sample (default when given: 0.002)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default: 1, so the run time is steady on a busy machine)")
+    parser.add_argument(
+        "--slow-data",
+        nargs="?",
+        type=float,
+        const=0.002,
+        default=0.0,
+        metavar="SECONDS",
+        help="extra seconds of Python work per sample (default when given: 0.002)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default: 1, so the run time is steady on a busy machine)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -78,8 +96,13 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     dataset = SyntheticImages(args.steps * args.batch_size, slow=args.slow_data, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
     model = SmallCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()

@@ -17,8 +17,14 @@ from torch.utils.data import DataLoader, TensorDataset
 class Classifier(nn.Module):
     def __init__(self, features: int = 256, hidden: int = 512, classes: int = 100) -> None:
         super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(features, hidden), nn.LayerNorm(hidden), nn.GELU(),
-                                     nn.Linear(hidden, hidden), nn.LayerNorm(hidden), nn.GELU())
+        self.encoder = nn.Sequential(
+            nn.Linear(features, hidden),
+            nn.LayerNorm(hidden),
+            nn.GELU(),
+            nn.Linear(hidden, hidden),
+            nn.LayerNorm(hidden),
+            nn.GELU(),
+        )
         self.dropout = nn.Dropout(0.1)
         self.head = nn.Linear(hidden, classes)
 
@@ -31,8 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=100, help="batches to serve (default: 100)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default: 1, so the run time is steady on a busy machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default: 1, so the run time is steady on a busy machine)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 

@@ -6,7 +6,8 @@ the numpy-backed ``Profile`` only when a profile is made.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
@@ -82,8 +83,14 @@ class ProfileBuilder:
         self.wall.append(wall)
         self.cpu.append(cpu)
 
-    def add_stack_sample(self, frames: Iterable[Frame], weight: float, thread: int = 0, time: float = 0.0,
-                         cpu: float | None = None) -> None:
+    def add_stack_sample(
+        self,
+        frames: Iterable[Frame],
+        weight: float,
+        thread: int = 0,
+        time: float = 0.0,
+        cpu: float | None = None,
+    ) -> None:
         """Convenience for importers: one aggregated stack with a weight in seconds."""
         sid = self.stack_id([self.frame(f) for f in frames])
         self.add_sample(time, thread, sid, weight, weight if cpu is None else cpu)
@@ -96,19 +103,25 @@ class ProfileBuilder:
         for source in self.mark_sources:
             source()
 
-    def build(self) -> "Profile":
+    def build(self) -> Profile:
         import numpy as np
 
         from .profile import Profile
 
         self.collect_marks()
 
-        columns = [np.asarray(self.time, dtype=np.float64), np.asarray(self.thread, dtype=np.int32),
-                   np.asarray(self.stack, dtype=np.int32), np.asarray(self.wall, dtype=np.float64),
-                   np.asarray(self.cpu, dtype=np.float64)]
+        columns = [
+            np.asarray(self.time, dtype=np.float64),
+            np.asarray(self.thread, dtype=np.int32),
+            np.asarray(self.stack, dtype=np.int32),
+            np.asarray(self.wall, dtype=np.float64),
+            np.asarray(self.cpu, dtype=np.float64),
+        ]
         if self.sample_stores:
             parts = [store.columns() for store in self.sample_stores] + [columns]
-            columns = [np.concatenate([part[i] for part in parts]).astype(col.dtype) for i, col in enumerate(columns)]
+            columns = [
+                np.concatenate([part[i] for part in parts]).astype(col.dtype) for i, col in enumerate(columns)
+            ]
         return Profile(
             frames=list(self.frames),
             stack_parent=np.asarray(self.stack_parent, dtype=np.int32),
@@ -121,7 +134,9 @@ class ProfileBuilder:
             sample_wall=columns[3],
             sample_cpu=columns[4],
             marks=sorted(self.marks, key=lambda m: m.time),  # drained sources append late
-            counters={k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                      for k, (t, v) in self.counters.items()},
+            counters={
+                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                for k, (t, v) in self.counters.items()
+            },
             meta=dict(self.meta),
         )

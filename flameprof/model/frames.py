@@ -32,12 +32,12 @@ class Labeler:
             return ""
         m = _PACKAGE_DIRS.match(path)
         if m:
-            return path[m.end():]
+            return path[m.end() :]
         if self.cwd and path.startswith(self.cwd):
-            return path[len(self.cwd):]
+            return path[len(self.cwd) :]
         m = _STDLIB.match(path)
         if m:
-            return path[m.end():]
+            return path[m.end() :]
         return path
 
     def label(self, frame: Frame) -> str:

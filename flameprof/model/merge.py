@@ -15,9 +15,9 @@ from collections import Counter
 
 import numpy as np
 
+from .builder import ProfileBuilder
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 from .records import short_command
-from .builder import ProfileBuilder
 
 
 def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessInfo]:
@@ -25,11 +25,16 @@ def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessI
     meta = profile.meta
     if not profile.processes:
         argv = meta.get("argv") or []
-        return [ProcessInfo(int(meta.get("pid", 0)), "main", str(meta.get("host", "")),
-                            " ".join(str(a) for a in argv), 0)]
+        return [
+            ProcessInfo(
+                int(meta.get("pid", 0)), "main", str(meta.get("host", "")), " ".join(str(a) for a in argv), 0
+            )
+        ]
     out = []
     for info in profile.processes:
-        role = info.role or ("main" if info.pid == main_pid else short_command(info.cmdline) or f"pid {info.pid}")
+        role = info.role or (
+            "main" if info.pid == main_pid else short_command(info.cmdline) or f"pid {info.pid}"
+        )
         out.append(ProcessInfo(info.pid, role, info.host, info.cmdline, info.ppid))
     return out
 
@@ -140,15 +145,22 @@ def _merge_stacks(profile: Profile, builder: ProfileBuilder, root: int) -> np.nd
     return out
 
 
-def _merged_meta(profiles: list[Profile], infos: list[list[ProcessInfo]], epoch: float, end: float,
-                 hosts: list[str]) -> dict:
+def _merged_meta(
+    profiles: list[Profile], infos: list[list[ProcessInfo]], epoch: float, end: float, hosts: list[str]
+) -> dict:
     main = next((p for p, group in zip(profiles, infos) if any(i.role == "main" for i in group)), profiles[0])
-    meta = dict(main.meta, start_time=epoch, duration=end, hosts=hosts,
-                process_count=sum(len(group) for group in infos),
-                # seconds flameprof itself spent (sampling, writing parts) and seconds profiled, over all processes
-                profiler_seconds=sum(float(p.meta.get("profiler_seconds", p.meta.get("sampler_busy", 0.0)))
-                                     for p in profiles),
-                profiled_seconds=sum(float(p.meta.get("profiled_seconds", p.duration)) for p in profiles))
+    meta = dict(
+        main.meta,
+        start_time=epoch,
+        duration=end,
+        hosts=hosts,
+        process_count=sum(len(group) for group in infos),
+        # seconds flameprof itself spent (sampling, writing parts) and seconds profiled, over all processes
+        profiler_seconds=sum(
+            float(p.meta.get("profiler_seconds", p.meta.get("sampler_busy", 0.0))) for p in profiles
+        ),
+        profiled_seconds=sum(float(p.meta.get("profiled_seconds", p.duration)) for p in profiles),
+    )
     for key in ("final", "outlives_parent"):
         meta.pop(key, None)
     return meta

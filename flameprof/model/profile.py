@@ -9,8 +9,8 @@ re-exported here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -77,12 +77,12 @@ class Profile:
             return np.ones(self.num_samples)
         raise ValueError(f"unknown weight mode {mode!r} (expected wall, cpu or samples)")
 
-    def select(self, rows: "slice | np.ndarray") -> None:
+    def select(self, rows: slice | np.ndarray) -> None:
         """Keep only the samples ``rows`` (a slice, a boolean mask or indexes) in every sample column."""
         for name in SAMPLE_COLUMNS:
             setattr(self, name, getattr(self, name)[rows])
 
-    def without_thread(self, pid: int, tid: int) -> "Profile":
+    def without_thread(self, pid: int, tid: int) -> Profile:
         """This profile without the samples, marks and entry of thread ``(pid, tid)``."""
         drop = [i for i, t in enumerate(self.threads) if t.pid == pid and t.tid == tid]
         if not drop:

@@ -46,7 +46,7 @@ def short_command(cmdline: str, limit: int = 60) -> str:
     """A command line short enough to name a process: base names of the program and of path arguments."""
     words = [os.path.basename(w) if os.sep in w and not w.startswith("-") else w for w in cmdline.split(" ")]
     text = " ".join(words).strip()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Mark(NamedTuple):

@@ -61,8 +61,10 @@ def dumps(profile: Profile) -> bytes:
         "sample_wall": _us(profile.sample_wall),
         "sample_cpu": _us(profile.sample_cpu),
     }
-    return pack({name: json_text(table) for name, table in tables.items()},
-                {name: _npy(column) for name, column in columns.items()})
+    return pack(
+        {name: json_text(table) for name, table in tables.items()},
+        {name: _npy(column) for name, column in columns.items()},
+    )
 
 
 def save(profile: Profile, path: str | os.PathLike) -> None:
@@ -79,6 +81,7 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
     """Parse the bytes of a ``.flameprof`` file; any defect raises FlameprofError naming ``source``."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
+
             def table(name: str):
                 return json.loads(zf.read(name).decode("utf-8"))
 
@@ -89,17 +92,23 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                 raise FlameprofError(f"{source}: not a flameprof profile")
             if int(meta.get("version", 0)) > VERSION:
-                raise FlameprofError(f"{source}: profile format version {meta.get('version')} is newer than "
-                                     f"this flameprof reads ({VERSION}); upgrade flameprof")
-            counters = {k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                        for k, (t, v) in table("counters.json").items()}
+                raise FlameprofError(
+                    f"{source}: profile format version {meta.get('version')} is newer than "
+                    f"this flameprof reads ({VERSION}); upgrade flameprof"
+                )
+            counters = {
+                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                for k, (t, v) in table("counters.json").items()
+            }
             profile = Profile(
-                frames=[Frame(str(n), str(f), int(l), str(k)) for n, f, l, k in table("frames.json")],
+                frames=[Frame(str(n), str(f), int(line), str(k)) for n, f, line, k in table("frames.json")],
                 stack_parent=column("stack_parent"),
                 stack_frame=column("stack_frame"),
                 threads=[ThreadInfo(int(p), int(t), str(n)) for p, t, n in table("threads.json")],
-                processes=[ProcessInfo(int(p), str(r), str(h), str(c), int(pp))
-                           for p, r, h, c, pp in table("processes.json")],
+                processes=[
+                    ProcessInfo(int(p), str(r), str(h), str(c), int(pp))
+                    for p, r, h, c, pp in table("processes.json")
+                ],
                 sample_time=column("sample_time") / _US,
                 sample_thread=column("sample_thread"),
                 sample_stack=column("sample_stack"),
@@ -113,7 +122,15 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
             return profile
     except FlameprofError:
         raise
-    except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, EOFError, UnicodeDecodeError) as exc:
+    except (
+        zipfile.BadZipFile,
+        KeyError,
+        ValueError,
+        TypeError,
+        OSError,
+        EOFError,
+        UnicodeDecodeError,
+    ) as exc:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
 
 

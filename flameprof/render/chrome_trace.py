@@ -13,13 +13,14 @@ memory of a few arrays, not of the whole JSON text.
 from __future__ import annotations
 
 import json
-from typing import IO, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import IO
 
 import numpy as np
 
 from ..analyze.threads import process_label
-from ..model.counters import CPU_PERCENT, RSS_BYTES
 from ..errors import FlameprofError
+from ..model.counters import CPU_PERCENT, RSS_BYTES
 from ..model.frames import Labeler
 from ..model.profile import Profile
 
@@ -35,7 +36,7 @@ class NodeTree:
         self.parent = np.asarray(parent, dtype=np.int64)
         self.names = names
         depth = [0] * len(parent)
-        for i, p in enumerate(self.parent.tolist()[1:], 1):   # parents precede children
+        for i, p in enumerate(self.parent.tolist()[1:], 1):  # parents precede children
             depth[i] = depth[p] + 1
         self.depth = np.asarray(depth, dtype=np.int64)
 
@@ -88,7 +89,9 @@ class NodeTree:
         return np.where(begin, open_at[k], close_at[k]), node, begin
 
 
-def _runs(keys: np.ndarray, times: np.ndarray, walls: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _runs(
+    keys: np.ndarray, times: np.ndarray, walls: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """First sample of each run of equal keys, and the runs' start and end times; a run never starts before
     the previous one ended (samples whose intervals overlap would otherwise unbalance the nesting)."""
     first = np.concatenate(([0], np.nonzero(keys[1:] != keys[:-1])[0] + 1))
@@ -132,33 +135,50 @@ class _Writer:
 
     def meta(self, kind: str, pid: int, tid: int, name: str, sort: int) -> None:
         what = "process_sort_index" if kind == "process_name" else "thread_sort_index"
-        self.lines([f'{{"ph":"M","name":"{kind}","pid":{pid},"tid":{tid},"args":{{"name":{json.dumps(name)}}}}}',
-                    f'{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"sort_index":{sort}}}}}'])
+        self.lines(
+            [
+                f'{{"ph":"M","name":"{kind}","pid":{pid},"tid":{tid},"args":{{"name":{json.dumps(name)}}}}}',
+                f'{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"sort_index":{sort}}}}}',
+            ]
+        )
 
-    def walk(self, pid: int, tid: int, tree: NodeTree, nodes: np.ndarray, starts: np.ndarray,
-             ends: np.ndarray) -> None:
+    def walk(
+        self, pid: int, tid: int, tree: NodeTree, nodes: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
         times, which, begin = tree.walk(nodes, starts, ends)
-        micros = np.rint(times * 1e6).astype(np.int64)   # whole microseconds: ample at sampling rates
+        micros = np.rint(times * 1e6).astype(np.int64)  # whole microseconds: ample at sampling rates
         b, e = f'{{"ph":"B","pid":{pid},"tid":{tid},"ts":', f'{{"ph":"E","pid":{pid},"tid":{tid},"ts":'
         names = tree.names
         for lo in range(0, len(times), _CHUNK):
             hi = lo + _CHUNK
-            self.lines([f'{b}{t},"name":{names[n]}}}' if o else f'{e}{t}}}'
-                        for t, n, o in zip(micros[lo:hi].tolist(), which[lo:hi].tolist(), begin[lo:hi].tolist())])
+            self.lines(
+                [
+                    f'{b}{t},"name":{names[n]}}}' if o else f"{e}{t}}}"
+                    for t, n, o in zip(micros[lo:hi].tolist(), which[lo:hi].tolist(), begin[lo:hi].tolist())
+                ]
+            )
 
 
-def write_chrome_trace(profile: Profile, out: IO[str], sample_phase: np.ndarray | None = None,
-                       phase_names: Sequence[str] = (), steps: Sequence[tuple[int, float, float]] = ()) -> None:
+def write_chrome_trace(
+    profile: Profile,
+    out: IO[str],
+    sample_phase: np.ndarray | None = None,
+    phase_names: Sequence[str] = (),
+    steps: Sequence[tuple[int, float, float]] = (),
+) -> None:
     """Write the trace JSON to ``out``. ``sample_phase[i]`` indexes ``phase_names`` (-1: none); ``steps``
     are (thread index, start, end) in profile seconds."""
     if profile.num_samples and not np.any(profile.sample_time):
         source = profile.meta.get("source", "this profile")
-        raise FlameprofError(f"a Chrome trace needs timestamped samples; {source} has none "
-                             "(collapsed stacks carry no time)")
+        raise FlameprofError(
+            f"a Chrome trace needs timestamped samples; {source} has none (collapsed stacks carry no time)"
+        )
     labeler = Labeler(profile.meta)
     quoted = [json.dumps(labeler.label(f)) for f in profile.frames]
-    stacks = NodeTree(np.concatenate(([0], profile.stack_parent + 1)),
-                      [""] + [quoted[f] for f in profile.stack_frame.tolist()])
+    stacks = NodeTree(
+        np.concatenate(([0], profile.stack_parent + 1)),
+        [""] + [quoted[f] for f in profile.stack_frame.tolist()],
+    )
     scopes, scope_of_stack = scope_tree(profile, quoted.__getitem__)
     phases = NodeTree(np.zeros(len(phase_names) + 1), [""] + [json.dumps(p) for p in phase_names])
     order = np.lexsort((profile.sample_time, profile.sample_thread))
@@ -167,18 +187,30 @@ def write_chrome_trace(profile: Profile, out: IO[str], sample_phase: np.ndarray 
     pids = sorted({t.pid for t in profile.threads} | {p.pid for p in profile.processes})
     main_pid = int(profile.meta.get("pid") or (pids[0] if pids else 0))
 
-    out.write('{"displayTimeUnit":"ms","otherData":' + json.dumps(
-        {"source": "flameprof", "argv": profile.meta.get("argv"), "start_time": profile.meta.get("start_time")})
-        + ',"traceEvents":[')
+    out.write(
+        '{"displayTimeUnit":"ms","otherData":'
+        + json.dumps(
+            {
+                "source": "flameprof",
+                "argv": profile.meta.get("argv"),
+                "start_time": profile.meta.get("start_time"),
+            }
+        )
+        + ',"traceEvents":['
+    )
     w = _Writer(out)
     for sort, pid in enumerate(pids):
         w.meta("process_name", pid, 0, process_label(profile, pid), sort)
     for index, info in enumerate(profile.threads):
-        rows = order[bounds[index]:bounds[index + 1]]
+        rows = order[bounds[index] : bounds[index + 1]]
         if not len(rows):
             continue
         pid, tid, name = info.pid, info.tid, info.name or f"thread {info.tid}"
-        times, walls, nodes = profile.sample_time[rows], profile.sample_wall[rows], profile.sample_stack[rows] + 1
+        times, walls, nodes = (
+            profile.sample_time[rows],
+            profile.sample_wall[rows],
+            profile.sample_stack[rows] + 1,
+        )
         w.meta("thread_name", pid, tid, name, 3 * index)
         first, starts, ends = _runs(nodes, times, walls)
         w.walk(pid, tid, stacks, nodes[first], starts, ends)
@@ -201,14 +233,22 @@ def write_chrome_trace(profile: Profile, out: IO[str], sample_phase: np.ndarray 
         if pid not in step_tids:
             step_tids[pid], next_tid = next_tid, next_tid + 1
             w.meta("thread_name", pid, step_tids[pid], "steps", -1)
-        w.lines([f'{{"ph":"X","cat":"step","name":"step {number}","pid":{pid},"tid":{step_tids[pid]},'
-                 f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}'])
+        w.lines(
+            [
+                f'{{"ph":"X","cat":"step","name":"step {number}","pid":{pid},"tid":{step_tids[pid]},'
+                f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}'
+            ]
+        )
     for key, (times, values) in sorted(profile.counters.items()):
-        label, _, name = key.rpartition(": ")      # a merged profile names them "<process>: <counter>"
+        label, _, name = key.rpartition(": ")  # a merged profile names them "<process>: <counter>"
         if name not in _COUNTERS:
             continue
         title, scale = _COUNTERS[name]
         quoted = json.dumps(f"{title} ({label})" if label else title)
-        w.lines([f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
-                 for t, v in zip(times.tolist(), values.tolist())])
+        w.lines(
+            [
+                f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
+                for t, v in zip(times.tolist(), values.tolist())
+            ]
+        )
     out.write("\n]}\n")

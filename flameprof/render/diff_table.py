@@ -35,20 +35,27 @@ def diff_table(items: list[Change], unit: str = "seconds", fmt: str = "text", li
             if not rows:
                 continue
             if fmt == "markdown":
-                out += [f"### {title}: largest {heading} ({what})", "",
-                        "| change | relative | base | new | self change | name |",
-                        "| ---: | ---: | ---: | ---: | ---: | --- |"]
+                out += [
+                    f"### {title}: largest {heading} ({what})",
+                    "",
+                    "| change | relative | base | new | self change | name |",
+                    "| ---: | ---: | ---: | ---: | ---: | --- |",
+                ]
                 for c in rows:
                     name = c.name.replace("|", "\\|")
-                    out.append(f"| {_value(c.delta, unit, True)} | {_relative(c)} | {_value(c.base_total, unit)} | "
-                               f"{_value(c.new_total, unit)} | {_value(c.delta_self, unit, True)} | `{name}` |")
+                    out.append(
+                        f"| {_value(c.delta, unit, True)} | {_relative(c)} | {_value(c.base_total, unit)} | "
+                        f"{_value(c.new_total, unit)} | {_value(c.delta_self, unit, True)} | `{name}` |"
+                    )
                 out.append("")
             else:
                 out.append(f"{title}: largest {heading} ({what}, total then self change)")
                 for c in rows:
-                    out.append(f"  {_value(c.delta, unit, True):>10} {_relative(c):>6}  "
-                               f"{_value(c.base_total, unit):>10} -> {_value(c.new_total, unit):<10} "
-                               f"self {_value(c.delta_self, unit, True):>10}  {c.name}")
+                    out.append(
+                        f"  {_value(c.delta, unit, True):>10} {_relative(c):>6}  "
+                        f"{_value(c.base_total, unit):>10} -> {_value(c.new_total, unit):<10} "
+                        f"self {_value(c.delta_self, unit, True):>10}  {c.name}"
+                    )
                 out.append("")
     if not out:
         return "No differences.\n"

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import IO
 
+from ..analyze.views import display_stacks
 from ..model.frames import Labeler
 from ..model.profile import Profile
-from ..analyze.views import display_stacks
 
 
-def folded_lines(profile: Profile, mode: str = "wall", count: str = "samples", view: str = "code") -> list[str]:
+def folded_lines(
+    profile: Profile, mode: str = "wall", count: str = "samples", view: str = "code"
+) -> list[str]:
     """Lines of the folded file, sorted. ``count`` is ``samples`` (sample counts) or ``ms`` (milliseconds of
     ``mode`` weight); counts are integers so every consumer accepts them."""
     labeler = Labeler(profile.meta)
-    if count == "samples":   # an imported folded profile's weights are already sample counts
+    if count == "samples":  # an imported folded profile's weights are already sample counts
         weight_mode = "wall" if profile.meta.get("weight_unit", "seconds") == "count" else "samples"
     elif count == "ms":
         weight_mode = mode
@@ -37,9 +39,9 @@ def folded_lines(profile: Profile, mode: str = "wall", count: str = "samples", v
     return lines
 
 
-def write_folded(profile: Profile, fh: IO[str], mode: str = "wall", count: str = "samples",
-                 view: str = "code") -> None:
+def write_folded(
+    profile: Profile, fh: IO[str], mode: str = "wall", count: str = "samples", view: str = "code"
+) -> None:
     for line in folded_lines(profile, mode, count, view):
         fh.write(line)
         fh.write("\n")
-

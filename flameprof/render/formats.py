@@ -8,8 +8,9 @@ parsed inside the profiled program, which must not see numpy imported before it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..atomic import atomic_file, write_bytes, write_text
 
@@ -25,12 +26,12 @@ TOP = 10  # functions and layers the analysis ranks, for the report, the HTML pa
 class Rendering:
     """A profile, the options it is rendered with, and its analysis, computed on first use."""
 
-    profile: "Profile"
-    options: "OutputOptions"
-    _analysis: "Analysis | None" = field(default=None, repr=False)
+    profile: Profile
+    options: OutputOptions
+    _analysis: Analysis | None = field(default=None, repr=False)
 
     @property
-    def analysis(self) -> "Analysis":
+    def analysis(self) -> Analysis:
         if self._analysis is None:
             from ..analyze.breakdown import analyze
 
@@ -47,7 +48,7 @@ class Format:
     standard: bool = False  # written by every run; the others on request (``--format``)
 
 
-def step_spans(analysis: "Analysis") -> list[tuple[int, float, float]]:
+def step_spans(analysis: Analysis) -> list[tuple[int, float, float]]:
     """(thread, start, end) of every step the analysis found, for timeline exports."""
     steps = analysis.steps
     bounds = steps.bounds.tolist()
@@ -75,7 +76,9 @@ def _svg(r: Rendering) -> str:
     from .svg import render_svg
 
     o = r.options
-    return render_svg(r.profile, mode=o.mode, view=o.view, title=o.title, minwidth=o.minwidth, icicle=o.icicle)
+    return render_svg(
+        r.profile, mode=o.mode, view=o.view, title=o.title, minwidth=o.minwidth, icicle=o.icicle
+    )
 
 
 def _speedscope(r: Rendering) -> str:
@@ -105,15 +108,18 @@ def _html(r: Rendering) -> str:
     return render_html(r.profile, r.analysis, r.options)
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("flameprof", ".flameprof", _flameprof, standard=True),
-    _text_format("folded", ".folded", _folded, standard=True),
-    _text_format("svg", ".svg", _svg, standard=True),
-    _text_format("speedscope", ".speedscope.json", _speedscope),
-    Format("chrome", ".trace.json", _chrome),
-    Format("pprof", ".pb.gz", _pprof),
-    _text_format("html", ".html", _html),
-)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format("flameprof", ".flameprof", _flameprof, standard=True),
+        _text_format("folded", ".folded", _folded, standard=True),
+        _text_format("svg", ".svg", _svg, standard=True),
+        _text_format("speedscope", ".speedscope.json", _speedscope),
+        Format("chrome", ".trace.json", _chrome),
+        Format("pprof", ".pb.gz", _pprof),
+        _text_format("html", ".html", _html),
+    )
+}
 STANDARD = tuple(name for name, f in FORMATS.items() if f.standard)
 EXPORTS = tuple(name for name, f in FORMATS.items() if not f.standard)
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 class OutputOptions:
     """Options shared by ``run``, ``attach``, ``render`` and the Python API."""
 
-    mode: str = "wall"          # weight shown: wall or cpu
-    count: str = "samples"      # folded counts: samples or ms
+    mode: str = "wall"  # weight shown: wall or cpu
+    count: str = "samples"  # folded counts: samples or ms
     view: str = "code"
     title: str | None = None
-    minwidth: float = 0.1       # pixels, as flamegraph.pl's --minwidth
+    minwidth: float = 0.1  # pixels, as flamegraph.pl's --minwidth
     icicle: bool = False
     formats: tuple[str, ...] = ()  # extra exports (formats.EXPORTS): speedscope, chrome, pprof, html

@@ -11,7 +11,7 @@ when the weights are sample counts: imported folded or py-spy text), ``samples``
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,8 +51,16 @@ def phase_table(seconds: np.ndarray) -> dict:
 
 def _rows(rows: Sequence[Row], total: float) -> list[dict]:
     pct = (lambda s: _r(100.0 * s / total)) if total else (lambda s: 0.0)
-    return [{"name": r.name, "self": _r(r.self_s), "total": _r(r.total_s),
-             "self_percent": pct(r.self_s), "total_percent": pct(r.total_s)} for r in rows]
+    return [
+        {
+            "name": r.name,
+            "self": _r(r.self_s),
+            "total": _r(r.total_s),
+            "self_percent": pct(r.self_s),
+            "total_percent": pct(r.total_s),
+        }
+        for r in rows
+    ]
 
 
 def _steps(analysis: Analysis) -> dict:
@@ -61,23 +69,38 @@ def _steps(analysis: Analysis) -> dict:
     steady = walls[steps.steady] if steps.count else walls
     stats = {"count": int(len(steady))}
     if len(steady):
-        stats |= {"p50": _r(np.percentile(steady, 50)), "p90": _r(np.percentile(steady, 90)),
-                  "max": _r(steady.max()), "mean": _r(steady.mean())}
+        stats |= {
+            "p50": _r(np.percentile(steady, 50)),
+            "p90": _r(np.percentile(steady, 90)),
+            "max": _r(steady.max()),
+            "mean": _r(steady.mean()),
+        }
     stats["phases"] = phase_table(steps.steady_phase_seconds())
     return {
         "source": steps.source,
         "count": steps.count,
-        "warmup": {"count": steps.warmup, "seconds": _r(walls[:steps.warmup].sum())},
+        "warmup": {"count": steps.warmup, "seconds": _r(walls[: steps.warmup].sum())},
         "steady": stats,
-        "per_step": [{"start": start, "wall": wall, "warmup": i < steps.warmup, "phases": dict(zip(LEAF_PHASES, row))}
-                     for i, (start, wall, row) in enumerate(zip(np.round(steps.bounds[:-1], 6).tolist(),
-                                                                np.round(walls, 6).tolist(),
-                                                                np.round(steps.phase_seconds, 6).tolist()))],
+        "per_step": [
+            {"start": start, "wall": wall, "warmup": i < steps.warmup, "phases": dict(zip(LEAF_PHASES, row))}
+            for i, (start, wall, row) in enumerate(
+                zip(
+                    np.round(steps.bounds[:-1], 6).tolist(),
+                    np.round(walls, 6).tolist(),
+                    np.round(steps.phase_seconds, 6).tolist(),
+                )
+            )
+        ],
     }
 
 
-def report_data(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", source: str = "",
-                analysis: Analysis | None = None) -> dict:
+def report_data(
+    profile: Profile,
+    rules: Sequence[Rule] = (),
+    mode: str = "wall",
+    source: str = "",
+    analysis: Analysis | None = None,
+) -> dict:
     """The report as a JSON-ready dictionary."""
     analysis = analysis or analyze(profile, rules, mode, TOP)
     verdict = judge(analysis)
@@ -96,10 +119,15 @@ def report_data(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall"
         "steps": _steps(analysis),
         "layers": _rows(analysis.layers, analysis.loop_seconds),
         "functions": _rows(analysis.functions, analysis.function_total),
-        "verdict": {"level": verdict.level, "input_bound": verdict.level in ("highly", "moderately"),
-                    "data_percent": _r(100 * verdict.data_share), "basis": verdict.basis, "text": verdict.text,
-                    "thresholds": {"highly": 100 * HIGHLY, "moderately": 100 * MODERATELY},
-                    "advice": verdict.advice},
+        "verdict": {
+            "level": verdict.level,
+            "input_bound": verdict.level in ("highly", "moderately"),
+            "data_percent": _r(100 * verdict.data_share),
+            "basis": verdict.basis,
+            "text": verdict.text,
+            "thresholds": {"highly": 100 * HIGHLY, "moderately": 100 * MODERATELY},
+            "advice": verdict.advice,
+        },
         "processes": processes_report(profile, rules),
     }
 
@@ -129,10 +157,19 @@ def phase_lines(phases: dict, steady: dict | None = None, unit: str = "s") -> li
     for phase in PHASES:
         entries = [(phase, phases[phase], (steady or {}).get(phase))]
         if phase == "data":
-            entries += [(f"  data.{k}", phases["data"][k], (steady or {}).get("data", {}).get(k)) for k in ("wait", "fetch")]
+            entries += [
+                (f"  data.{k}", phases["data"][k], (steady or {}).get("data", {}).get(k))
+                for k in ("wait", "fetch")
+            ]
         for name, cell, st in entries:
-            rows.append((name, _amount(cell['seconds'], unit), f"{cell['percent']:.1f}%",
-                         f"{st['percent']:.1f}%" if st else ""))
+            rows.append(
+                (
+                    name,
+                    _amount(cell["seconds"], unit),
+                    f"{cell['percent']:.1f}%",
+                    f"{st['percent']:.1f}%" if st else "",
+                )
+            )
     return rows
 
 
@@ -165,11 +202,13 @@ def step_phase_text(step: dict) -> str:
 
 
 def format_text(data: dict, top: int = TOP) -> str:
-    out = [f"flameprof report{': ' + data['source'] if data['source'] else ''}",
-           f"  {_duration(data)}, {data['threads']} thread(s), "
-           f"loop thread {data['loop_thread'] or '-'}",
-           f"  steps: {steps_line(data['steps'])}", "",
-           "phases (loop thread wall time)            run     steady steps"]
+    out = [
+        f"flameprof report{': ' + data['source'] if data['source'] else ''}",
+        f"  {_duration(data)}, {data['threads']} thread(s), loop thread {data['loop_thread'] or '-'}",
+        f"  steps: {steps_line(data['steps'])}",
+        "",
+        "phases (loop thread wall time)            run     steady steps",
+    ]
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     unit = data["unit"]
     for name, secs, pct, st in phase_lines(data["phases"], steady, unit):
@@ -177,7 +216,9 @@ def format_text(data: dict, top: int = TOP) -> str:
     notable = notable_steps(data["steps"])
     if notable:
         out += ["", "notable steps:"]
-        out += [f"  #{i:<5} {kind:<8} {_ms(st['wall']):>10}  {step_phase_text(st)}" for kind, i, st in notable]
+        out += [
+            f"  #{i:<5} {kind:<8} {_ms(st['wall']):>10}  {step_phase_text(st)}" for kind, i, st in notable
+        ]
     out += ["", f"verdict: {data['verdict']['text']}"]
     out += [f"  - {a}" for a in data["verdict"]["advice"]]
     if data["processes"]:
@@ -191,8 +232,10 @@ def format_text(data: dict, top: int = TOP) -> str:
     if data["functions"]:
         out += ["", f"top functions by self {data['mode']} time (all threads):"]
         for row in data["functions"][:top]:
-            out.append(f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total {row['total_percent']:5.1f}%  "
-                       f"{row['name']}")
+            out.append(
+                f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total {row['total_percent']:5.1f}%  "
+                f"{row['name']}"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -201,15 +244,26 @@ def _md(text: str) -> str:
 
 
 def format_markdown(data: dict, top: int = TOP) -> str:
-    out = [f"# flameprof report{': ' + _md(data['source']) if data['source'] else ''}", "",
-           f"- {_duration(data)}, {data['threads']} thread(s)",
-           f"- loop thread: {_md(data['loop_thread'] or '-')}",
-           f"- steps: {steps_line(data['steps'])}", "",
-           f"**Verdict: {_md(data['verdict']['text'])}**", ""]
+    out = [
+        f"# flameprof report{': ' + _md(data['source']) if data['source'] else ''}",
+        "",
+        f"- {_duration(data)}, {data['threads']} thread(s)",
+        f"- loop thread: {_md(data['loop_thread'] or '-')}",
+        f"- steps: {steps_line(data['steps'])}",
+        "",
+        f"**Verdict: {_md(data['verdict']['text'])}**",
+        "",
+    ]
     out += [f"- {_md(a)}" for a in data["verdict"]["advice"]]
     if data["processes"]:
         out += ["", "## Processes", ""] + [f"- {_md(line)}" for line in data["processes"]["lines"]]
-    out += ["", "## Phases", "", "| phase | time | % of run | % of steady steps |", "| --- | ---: | ---: | ---: |"]
+    out += [
+        "",
+        "## Phases",
+        "",
+        "| phase | time | % of run | % of steady steps |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
     unit = data["unit"]
     for name, secs, pct, st in phase_lines(data["phases"], steady, unit):
@@ -219,15 +273,31 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         out += ["", "## Notable steps", "", "| step | kind | wall | phases |", "| ---: | --- | ---: | --- |"]
         out += [f"| {i} | {kind} | {_ms(st['wall'])} | {step_phase_text(st)} |" for kind, i, st in notable]
     if data["layers"]:
-        out += ["", "## Top layers", "", "| layer | self | self % | total | total % |", "| --- | ---: | ---: | ---: | ---: |"]
+        out += [
+            "",
+            "## Top layers",
+            "",
+            "| layer | self | self % | total | total % |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
         for row in data["layers"][:top]:
-            out.append(f"| {_md(row['name'])} | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
-                       f"{_amount(row['total'], unit)} | {row['total_percent']:.1f}% |")
+            out.append(
+                f"| {_md(row['name'])} | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
+                f"{_amount(row['total'], unit)} | {row['total_percent']:.1f}% |"
+            )
     if data["functions"]:
-        out += ["", "## Top functions", "", "| function | self | self % | total % |", "| --- | ---: | ---: | ---: |"]
+        out += [
+            "",
+            "## Top functions",
+            "",
+            "| function | self | self % | total % |",
+            "| --- | ---: | ---: | ---: |",
+        ]
         for row in data["functions"][:top]:
-            out.append(f"| `{_md(row['name'])}` | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
-                       f"{row['total_percent']:.1f}% |")
+            out.append(
+                f"| `{_md(row['name'])}` | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
+                f"{row['total_percent']:.1f}% |"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -54,7 +54,9 @@ def render_speedscope(profile: Profile, mode: str = "wall", name: str | None = N
     for parent, frame in zip(profile.stack_parent.tolist(), profile.stack_frame.tolist()):
         stack_text.append(f"{stack_text[parent][:-1]},{frame}]" if parent >= 0 else f"[{frame}]")
     parts = []
-    order = sorted(range(len(profile.threads)), key=lambda t: (profile.threads[t].pid, profile.threads[t].tid))
+    order = sorted(
+        range(len(profile.threads)), key=lambda t: (profile.threads[t].pid, profile.threads[t].tid)
+    )
     for thread in order:
         stacks, sums = thread_runs(profile, thread, weights)
         keep = sums > 0
@@ -62,10 +64,26 @@ def render_speedscope(profile: Profile, mode: str = "wall", name: str | None = N
         if not len(stacks):
             continue
         samples = ",".join(stack_text[s] if s >= 0 else "[]" for s in stacks.tolist())
-        head = json.dumps({"type": "sampled", "name": thread_label(profile, thread), "unit": unit,
-                           "startValue": 0, "endValue": float(sums.sum())})
+        head = json.dumps(
+            {
+                "type": "sampled",
+                "name": thread_label(profile, thread),
+                "unit": unit,
+                "startValue": 0,
+                "endValue": float(sums.sum()),
+            }
+        )
         parts.append(f'{head[:-1]},"samples":[{samples}],"weights":{json.dumps(sums.tolist())}}}')
-    title = name or profile.meta.get("title") or " ".join(profile.meta.get("argv") or []) or "flameprof profile"
-    head = json.dumps({"$schema": SCHEMA, "exporter": "flameprof", "name": title, "activeProfileIndex": 0,
-                       "shared": {"frames": shared}})
+    title = (
+        name or profile.meta.get("title") or " ".join(profile.meta.get("argv") or []) or "flameprof profile"
+    )
+    head = json.dumps(
+        {
+            "$schema": SCHEMA,
+            "exporter": "flameprof",
+            "name": title,
+            "activeProfileIndex": 0,
+            "shared": {"frames": shared},
+        }
+    )
     return f'{head[:-1]},"profiles":[{",".join(parts)}]}}'

@@ -15,16 +15,23 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
     duration = profile.duration
     rate = profile.meta.get("rate")
     ticks = profile.meta.get("ticks")
-    lines = ["", "flameprof: profile summary",
-             f"  duration {duration:.2f} s, {profile.num_samples} samples, {len(profile.threads)} thread(s)"
-             + (f", {rate:g} Hz requested" if rate else "")
-             + (f", {ticks / duration:.0f} Hz achieved" if ticks and duration else "")]
+    lines = [
+        "",
+        "flameprof: profile summary",
+        f"  duration {duration:.2f} s, {profile.num_samples} samples, {len(profile.threads)} thread(s)"
+        + (f", {rate:g} Hz requested" if rate else "")
+        + (f", {ticks / duration:.0f} Hz achieved" if ticks and duration else ""),
+    ]
     if profile.meta.get("sampler_starved"):
-        lines.append(f"  warning: the sampler achieved {profile.meta.get('achieved_rate', 0):.0f} Hz, under half the "
-                     "requested rate: something held the GIL for long stretches (a long C call) or the machine is busy")
+        lines.append(
+            f"  warning: the sampler achieved {profile.meta.get('achieved_rate', 0):.0f} Hz, under half the "
+            "requested rate: something held the GIL for long stretches (a long C call) or the machine is busy"
+        )
     if profile.meta.get("sampler") == "python":
-        lines.append("  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "
-                     "Python work between blocking calls (queues, I/O, syncs) is under-counted")
+        lines.append(
+            "  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "
+            "Python work between blocking calls (queues, I/O, syncs) is under-counted"
+        )
     analysis = rendering.analysis
     data = report_data(profile, mode=mode, analysis=analysis)
     if data["functions"]:
@@ -33,9 +40,15 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             lines.append(f"    {row['self_percent']:5.1f}%  {row['self']:8.3f} s  {row['name'][:100]}")
     if analysis.is_deep_learning:
         steady = data["steps"]["steady"]
-        phases, basis = (steady["phases"], "steady-state steps") if steady["count"] else (data["phases"], "whole run")
-        lines.append(f"  phases of {data['loop_thread']} ({basis}, wall): " + ", ".join(
-            f"{name} {pct}" for name, _, pct, _ in phase_lines(phases) if not name.startswith(" ")))
+        phases, basis = (
+            (steady["phases"], "steady-state steps") if steady["count"] else (data["phases"], "whole run")
+        )
+        lines.append(
+            f"  phases of {data['loop_thread']} ({basis}, wall): "
+            + ", ".join(
+                f"{name} {pct}" for name, _, pct, _ in phase_lines(phases) if not name.startswith(" ")
+            )
+        )
         lines.append(f"  steps: {steps_line(data['steps'])}")
         lines.append(f"  verdict: {data['verdict']['text']}")
         lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]

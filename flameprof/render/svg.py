@@ -12,8 +12,8 @@ from __future__ import annotations
 import colorsys
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -22,33 +22,55 @@ from ..model.frames import CATEGORIES, category
 from ..model.profile import Profile
 from .asset_files import asset
 
-WIDTH = 1200                  # pixels, as flamegraph.pl
+WIDTH = 1200  # pixels, as flamegraph.pl
 XPAD = 10
-FRAME_H = 16                  # one stack level: a 15 px frame and a 1 px gap
-TOP = 56                      # title, subtitle and buttons
-BOTTOM = 36                   # legend and search result
-UNITS = 10_000_000            # x units of the whole profile: exact in the float32 geometry of browsers
-CHAR_W = 7                    # average width of a 12 px Verdana character
-SHADES = 4                    # colour variants per kind of code, picked by a hash of the name
+FRAME_H = 16  # one stack level: a 15 px frame and a 1 px gap
+TOP = 56  # title, subtitle and buttons
+BOTTOM = 36  # legend and search result
+UNITS = 10_000_000  # x units of the whole profile: exact in the float32 geometry of browsers
+CHAR_W = 7  # average width of a 12 px Verdana character
+SHADES = 4  # colour variants per kind of code, picked by a hash of the name
 
 # Kind of code -> (class letter, hue, saturation, lightness); "your code" warm, libraries and runtime cooler.
 _KINDS = {
-    "user": ("u", 30, 0.90, 0.60), "library": ("l", 52, 0.80, 0.56), "torch": ("t", 352, 0.70, 0.66),
-    "stdlib": ("s", 205, 0.50, 0.68), "native": ("n", 268, 0.40, 0.72), "scope": ("c", 320, 0.55, 0.76),
-    "layer": ("y", 165, 0.45, 0.58), "process": ("p", 0, 0.0, 0.76), "marker": ("m", 60, 0.10, 0.84),
+    "user": ("u", 30, 0.90, 0.60),
+    "library": ("l", 52, 0.80, 0.56),
+    "torch": ("t", 352, 0.70, 0.66),
+    "stdlib": ("s", 205, 0.50, 0.68),
+    "native": ("n", 268, 0.40, 0.72),
+    "scope": ("c", 320, 0.55, 0.76),
+    "layer": ("y", 165, 0.45, 0.58),
+    "process": ("p", 0, 0.0, 0.76),
+    "marker": ("m", 60, 0.10, 0.84),
 }
-_NAMES = {"user": "your code", "library": "library", "torch": "PyTorch", "stdlib": "standard library",
-          "native": "native", "scope": "scope", "layer": "layer", "process": "process/thread", "marker": "marker"}
+_NAMES = {
+    "user": "your code",
+    "library": "library",
+    "torch": "PyTorch",
+    "stdlib": "standard library",
+    "native": "native",
+    "scope": "scope",
+    "layer": "layer",
+    "process": "process/thread",
+    "marker": "marker",
+}
 
 # XML text and attribute escaping in one pass; characters XML 1.0 forbids become U+FFFD.
-_ESCAPE = {ord("&"): "&amp;", ord("<"): "&lt;", ord(">"): "&gt;", ord('"'): "&quot;",
-           ord("\t"): "&#9;", ord("\n"): "&#10;", ord("\r"): "&#13;"}
+_ESCAPE = {
+    ord("&"): "&amp;",
+    ord("<"): "&lt;",
+    ord(">"): "&gt;",
+    ord('"'): "&quot;",
+    ord("\t"): "&#9;",
+    ord("\n"): "&#10;",
+    ord("\r"): "&#13;",
+}
 _ESCAPE.update({c: "\ufffd" for c in range(0x20) if c not in (9, 10, 13)})
 _ESCAPE.update({c: "\ufffd" for c in range(0xD800, 0xE000)})
 _ESCAPE.update({0xFFFE: "\ufffd", 0xFFFF: "\ufffd"})
 
 
-_NEEDS_ESCAPE = re.compile("[&<>\"\x00-\x1f\ud800-\udfff\ufffe\uffff]")
+_NEEDS_ESCAPE = re.compile('[&<>"\x00-\x1f\ud800-\udfff\ufffe\uffff]')
 
 
 def escape(text: str) -> str:
@@ -68,8 +90,15 @@ class Paint:
     legend: list[tuple[str, str]]
 
 
-def render_svg(profile: Profile, *, mode: str = "wall", view: str = "code", title: str | None = None,
-               minwidth: float = 0.1, icicle: bool = False) -> str:
+def render_svg(
+    profile: Profile,
+    *,
+    mode: str = "wall",
+    view: str = "code",
+    title: str | None = None,
+    minwidth: float = 0.1,
+    icicle: bool = False,
+) -> str:
     """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``."""
     tree = build_tree(profile, mode, view)
     if title is None:
@@ -77,8 +106,15 @@ def render_svg(profile: Profile, *, mode: str = "wall", view: str = "code", titl
     return tree_svg(tree, title=title, subtitle=_subtitle(tree, mode, view), minwidth=minwidth, icicle=icicle)
 
 
-def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float = 0.1, icicle: bool = False,
-             paint: Callable[[CallTree], Paint] | None = None) -> str:
+def tree_svg(
+    tree: CallTree,
+    *,
+    title: str,
+    subtitle: str = "",
+    minwidth: float = 0.1,
+    icicle: bool = False,
+    paint: Callable[[CallTree], Paint] | None = None,
+) -> str:
     """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out.
     ``paint`` is called with the tree as drawn (after that pruning) and decides colours and notes."""
     total = float(tree.total[0])
@@ -111,18 +147,24 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
     counted = tree.unit == "count"
     counts = [_number(v) for v in (tree.total if counted else tree.samples)[shown].tolist()]
     xs, ws, ys = left[shown].tolist(), width[shown].tolist(), y.tolist()
-    rects = [f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"{d}/>'
-             for x, yy, w, c, n, s, d in zip(xs, ys, ws, node_class, names, counts, notes or [""] * len(xs))]
+    rects = [
+        f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"{d}/>'
+        for x, yy, w, c, n, s, d in zip(xs, ys, ws, node_class, names, counts, notes or [""] * len(xs))
+    ]
     labels = _labels(xs, ws, ys, label_list)
     legend = _legend(entries, TOP + frames_h + 22)
 
-    config = (f"var UNITS={UNITS},TOTAL={total!r},COUNT={int(counted)},ICICLE={int(icicle)},FX={XPAD},"
-              f"FY={TOP},FW={inner},FH={frames_h},DH={FRAME_H},CW={CHAR_W},WIDTH={WIDTH},HEIGHT={height};")
+    config = (
+        f"var UNITS={UNITS},TOTAL={total!r},COUNT={int(counted)},ICICLE={int(icicle)},FX={XPAD},"
+        f"FY={TOP},FW={inner},FH={frames_h},DH={FRAME_H},CW={CHAR_W},WIDTH={WIDTH},HEIGHT={height};"
+    )
     parts = [
         '<?xml version="1.0" encoding="UTF-8" standalone="no"?>\n',
         f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}">\n',
-        "<style>", css, "</style>\n",
+        "<style>",
+        css,
+        "</style>\n",
         f'<rect width="{WIDTH}" height="{height}" fill="#f7f7f4"/>\n',
         f'<text id="title" x="{WIDTH // 2}" y="24" text-anchor="middle">{escape(title)}</text>\n',
         f'<text id="sub" x="{WIDTH // 2}" y="42" text-anchor="middle">{escape(subtitle)}</text>\n',
@@ -130,13 +172,19 @@ def tree_svg(tree: CallTree, *, title: str, subtitle: str = "", minwidth: float 
         f'<text id="search" class="btn" x="{WIDTH - XPAD}" y="24" text-anchor="end">Search (Ctrl-F)</text>\n',
         f'<svg id="f" x="{XPAD}" y="{TOP}" width="{inner}" height="{frames_h}" '
         f'viewBox="0 0 {UNITS} {frames_h}" preserveAspectRatio="none">\n',
-        "\n".join(rects), "\n</svg>\n",
-        '<g id="l">', "".join(labels), "</g>\n",
+        "\n".join(rects),
+        "\n</svg>\n",
+        '<g id="l">',
+        "".join(labels),
+        "</g>\n",
         legend,
         f'<text id="matched" x="{WIDTH - XPAD}" y="{TOP + frames_h + 22}" text-anchor="end"> </text>\n',
         '<g id="tip" visibility="hidden"><rect rx="3" ry="3"/><text><tspan id="t1" x="0" dy="0"/>'
         '<tspan id="t2" x="0" dy="15"/><tspan id="t3" x="0" dy="15"/></text></g>\n',
-        "<script><![CDATA[\n", config, asset("flamegraph.js"), "]]></script>\n",
+        "<script><![CDATA[\n",
+        config,
+        asset("flamegraph.js"),
+        "]]></script>\n",
         "</svg>\n",
     ]
     return "".join(parts)
@@ -182,7 +230,9 @@ def _css(used: list[str]) -> str:
         letter, hue, sat, light = _KINDS[kind]
         for shade in range(SHADES):
             r, g, b = colorsys.hls_to_rgb(hue / 360, light + (shade - 1.5) * 0.035, sat)
-            rules.append(f".{letter}{shade}{{fill:#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}}}")
+            rules.append(
+                f".{letter}{shade}{{fill:#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}}}"
+            )
     return "".join(rules)
 
 
@@ -190,8 +240,10 @@ def _legend(entries: list[tuple[str, str]], y: int) -> str:
     """Legend swatches: (CSS class, text) pairs in a row."""
     out, x = ['<g id="legend">'], XPAD
     for cls, name in entries:
-        out.append(f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{cls}"/>'
-                   f'<text x="{x + 14}" y="{y}">{escape(name)}</text>')
+        out.append(
+            f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{cls}"/>'
+            f'<text x="{x + 14}" y="{y}">{escape(name)}</text>'
+        )
         x += 14 + CHAR_W * len(name) + 16
     out.append("</g>\n")
     return "".join(out)
@@ -206,6 +258,6 @@ def _labels(xs: list[int], ws: list[int], ys: list[int], names: list[str]) -> li
         if w < min_units:
             continue
         fit = int((w * per_unit - 6) // CHAR_W)
-        text = name if len(name) <= fit else name[:fit - 2] + ".."
+        text = name if len(name) <= fit else name[: fit - 2] + ".."
         out.append(f'<text x="{XPAD + x * per_unit + 3:.1f}" y="{TOP + y + 11.5}">{escape(text)}</text>')
     return out

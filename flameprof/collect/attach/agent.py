@@ -41,15 +41,19 @@ SOCKET_NAME = "control.sock"
 DETACHED = "detached"  # created in the channel at the end: followed children stop profiling
 DETACH_THREAD = "flameprof-detach"  # the thread that ends profiling in a followed child
 CONNECT_TIMEOUT = 5.0
-FLUSH_INTERVAL = 2.0   # seconds between part writes while profiling
+FLUSH_INTERVAL = 2.0  # seconds between part writes while profiling
 MAX_LINE = 65536
-CHECK_INTERVAL = 0.1   # seconds between a followed child's looks for the end of the attach
+CHECK_INTERVAL = 0.1  # seconds between a followed child's looks for the end of the attach
 
 
 def mark_detached(channel: str) -> None:
     """Tell the followed children that the attach is over (both the agent and the CLI do)."""
     try:
-        os.close(os.open(os.path.join(channel, DETACHED), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        os.close(
+            os.open(
+                os.path.join(channel, DETACHED), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+            )
+        )
     except OSError:  # there already, or the channel is gone: either way the children stop
         pass
 
@@ -99,7 +103,7 @@ class _Agent:
         while not data.endswith(b"\n") and len(data) < MAX_LINE:
             try:
                 chunk = self.sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 if data:
                     continue
                 return None
@@ -119,8 +123,11 @@ class _Agent:
             self.send(event="error", reason="followed", message="profiled already, as a followed fork")
             return
         try:
-            self.start(float(config.get("rate", 100.0)), bool(config.get("backward_layers", False)),
-                       bool(config.get("follow_forks", False)))
+            self.start(
+                float(config.get("rate", 100.0)),
+                bool(config.get("backward_layers", False)),
+                bool(config.get("follow_forks", False)),
+            )
         except Exception as exc:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
             return
@@ -156,9 +163,15 @@ class _Agent:
 
         series = {} if SESSION.counters is None else SESSION.counters.points()
         sampler = SESSION.sampler
-        meta = dict(run_metadata(), start_time=SESSION.start_time, window_start=self.t_start,
-                    duration=SESSION.now() - self.t_start, rate=1.0 / sampler.interval,
-                    sampler=getattr(sampler, "kind", ""), agent_tid=self.tid)
+        meta = dict(
+            run_metadata(),
+            start_time=SESSION.start_time,
+            window_start=self.t_start,
+            duration=SESSION.now() - self.t_start,
+            rate=1.0 / sampler.interval,
+            sampler=getattr(sampler, "kind", ""),
+            agent_tid=self.tid,
+        )
         role = "main" if self.main else process_role()  # a DataLoader worker knows its id only later
         info = ProcessInfo(os.getpid(), role, meta["host"], command_line(), os.getppid())
         self.writer.write(info, meta, series, final)
@@ -187,8 +200,10 @@ class _Agent:
                 self.flush(final=True)
                 self.send(event="saved", reason=reason)
             except Exception as exc:
-                self.send(event="error",
-                          message=f"the agent could not save the profile: {type(exc).__name__}: {exc}")
+                self.send(
+                    event="error",
+                    message=f"the agent could not save the profile: {type(exc).__name__}: {exc}",
+                )
             self.writer = None
             _drop_samples()
 
@@ -224,7 +239,7 @@ class _ForkFollower:
         self.inherited: socket.socket | None = sock  # a child's copy would keep the CLI from seeing the end
 
     @classmethod
-    def start(cls, channel: str, rate: float, sock: socket.socket) -> "_ForkFollower | None":
+    def start(cls, channel: str, rate: float, sock: socket.socket) -> _ForkFollower | None:
         """Follow forks; None when this process's children are profiled already (``flameprof run``)."""
 
         if child.following_forks():

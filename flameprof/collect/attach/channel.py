@@ -17,7 +17,7 @@ import stat
 import struct
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ...errors import FlameprofError
 from .agent import MAX_LINE, SOCKET_NAME
@@ -43,7 +43,9 @@ class Channel:
                 os.chown(os.path.join(self.path, SOCKET_NAME), targets[0].uid, -1)
         except OSError as exc:
             self.close()
-            raise FlameprofError(f"cannot create the attach channel in {base}: {exc.strerror or exc}") from None
+            raise FlameprofError(
+                f"cannot create the attach channel in {base}: {exc.strerror or exc}"
+            ) from None
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -74,7 +76,7 @@ class Channel:
         self.server.close()
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def __enter__(self) -> "Channel":
+    def __enter__(self) -> Channel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -82,8 +84,9 @@ class Channel:
 
 
 def _peer_pid(conn: socket.socket) -> int:
-    pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                          struct.calcsize("3i")))
+    pid, _uid, _gid = struct.unpack(
+        "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    )
     return pid
 
 

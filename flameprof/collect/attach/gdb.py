@@ -24,21 +24,47 @@ _GDB_ERRORS = {
 }
 
 
-
 def run_gdb(gdb: str, target: TargetProcess, payload: bytes) -> None:
     # The script and the payload travel in gdb's environment: no file that the target's user could
     # swap (the channel directory is theirs when root attaches) is ever read by gdb.
     # The process is stopped while gdb is attached, so gdb reads as little as it can: no debug info
     # (the script casts every function it calls), no shared library symbols but libc's and
     # libpython's, no libthread_db, no debuginfod downloads.
-    cmd = [gdb, "-q", "-batch", "-nx", "--readnever", "-iex", "set auto-load off", "-iex", "set auto-solib-add off",
-           "-iex", "set libthread-db-search-path", "-iex", "set debuginfod enabled off", "-iex", "set confirm off",
-           "-p", str(target.pid),
-           "-ex", "python exec(__import__('os').environ['FLAMEPROF_ATTACH_SCRIPT'])"]
-    env = dict(os.environ, FLAMEPROF_ATTACH_SCRIPT=_program(), FLAMEPROF_ATTACH_PAYLOAD=payload.decode("ascii"))
+    cmd = [
+        gdb,
+        "-q",
+        "-batch",
+        "-nx",
+        "--readnever",
+        "-iex",
+        "set auto-load off",
+        "-iex",
+        "set auto-solib-add off",
+        "-iex",
+        "set libthread-db-search-path",
+        "-iex",
+        "set debuginfod enabled off",
+        "-iex",
+        "set confirm off",
+        "-p",
+        str(target.pid),
+        "-ex",
+        "python exec(__import__('os').environ['FLAMEPROF_ATTACH_SCRIPT'])",
+    ]
+    env = dict(
+        os.environ, FLAMEPROF_ATTACH_SCRIPT=_program(), FLAMEPROF_ATTACH_PAYLOAD=payload.decode("ascii")
+    )
     # Its own session: a Ctrl-C meant for flameprof must not interrupt gdb inside the target.
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=GDB_TIMEOUT)
     except KeyboardInterrupt:

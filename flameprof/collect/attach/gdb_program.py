@@ -7,7 +7,9 @@ stopped at an arbitrary instruction), writes the bootstrap source into it and qu
 """
 
 import os
+
 import gdb
+
 
 def flameprof_inject():
     data = os.environ["FLAMEPROF_ATTACH_PAYLOAD"].encode("ascii") + b"\0"
@@ -23,14 +25,21 @@ def flameprof_inject():
         print("FLAMEPROF-ERROR: not-initialized")
         return
     size = (len(data) + 4095) // 4096 * 4096
-    addr = int(gdb.parse_and_eval("(long)((void *(*)(void *, unsigned long, int, int, int, long))mmap)"
-                                  "(0, %d, 3, 0x22, -1, 0)" % size))
+    addr = int(
+        gdb.parse_and_eval(
+            f"(long)((void *(*)(void *, unsigned long, int, int, int, long))mmap)(0, {size}, 3, 0x22, -1, 0)"
+        )
+    )
     if addr == -1 or addr == 0:
         print("FLAMEPROF-ERROR: mmap")
         return
     gdb.selected_inferior().write_memory(addr, data)
-    rc = int(gdb.parse_and_eval("((int (*)(void *, void *))Py_AddPendingCall)"
-                                "((void *)PyRun_SimpleString, (void *)%d)" % addr))
+    rc = int(
+        gdb.parse_and_eval(
+            f"((int (*)(void *, void *))Py_AddPendingCall)((void *)PyRun_SimpleString, (void *){addr})"
+        )
+    )
     print("FLAMEPROF-QUEUED" if rc == 0 else "FLAMEPROF-ERROR: pending-call-queue-full")
+
 
 flameprof_inject()

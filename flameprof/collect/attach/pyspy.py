@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import sys
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ...errors import FlameprofError
 from ...model.records import ProcessInfo
@@ -35,24 +36,51 @@ def find_pyspy() -> str | None:
     return shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
 
 
-def record(target: TargetProcess, duration: float | None, rate: float, subprocesses: bool,
-           note: Callable[[str], None] = lambda text: None) -> "Profile":
+def record(
+    target: TargetProcess,
+    duration: float | None,
+    rate: float,
+    subprocesses: bool,
+    note: Callable[[str], None] = lambda text: None,
+) -> Profile:
     """Sample ``target`` (and its children with ``subprocesses``) for ``duration`` s or until Ctrl-C."""
     pyspy = find_pyspy()
     if pyspy is None:
         raise FlameprofError("py-spy is not installed (pip install py-spy)")
     with tempfile.TemporaryDirectory(prefix="flameprof-pyspy-") as tmp:
         out = os.path.join(tmp, "profile.speedscope.json")
-        cmd = [pyspy, "record", "--pid", str(target.pid), "--rate", str(max(1, round(rate))), "--format",
-               "speedscope", "--function", "--idle", "--full-filenames", "-o", out]
+        cmd = [
+            pyspy,
+            "record",
+            "--pid",
+            str(target.pid),
+            "--rate",
+            str(max(1, round(rate))),
+            "--format",
+            "speedscope",
+            "--function",
+            "--idle",
+            "--full-filenames",
+            "-o",
+            out,
+        ]
         if duration:
             cmd += ["--duration", str(max(1, math.ceil(duration)))]
         if subprocesses:
             cmd.append("--subprocesses")
-        note(f"profiling process {target.pid} with py-spy " + (f"for {duration:g} s" if duration else "until Ctrl-C"))
+        note(
+            f"profiling process {target.pid} with py-spy "
+            + (f"for {duration:g} s" if duration else "until Ctrl-C")
+        )
         start = time.time()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
         try:
             output, _ = proc.communicate()
         except KeyboardInterrupt:  # py-spy got the same Ctrl-C: it stops and writes what it has
@@ -76,7 +104,7 @@ def _failure(target: TargetProcess, output: str) -> str:
     return f"py-spy failed: {last[0][:200]}"
 
 
-def from_speedscope(data: bytes, target: TargetProcess, rate: float, start_time: float) -> "Profile":
+def from_speedscope(data: bytes, target: TargetProcess, rate: float, start_time: float) -> Profile:
     """A Profile from py-spy's speedscope output, described as an attach of ``target``.
 
     Without ``--subprocesses`` py-spy names no process, so those threads are the target's.
@@ -90,10 +118,20 @@ def from_speedscope(data: bytes, target: TargetProcess, rate: float, start_time:
     processes[target.pid] = replace(main, host=host)
     profile.processes = [replace(p, host=host) for p in processes.values()]
     end = profile.sample_time + profile.sample_wall
-    profile.meta.update(collector="attach", backend="py-spy", sampler="py-spy", rate=rate, start_time=start_time,
-                        duration=float(end.max()) if profile.num_samples else 0.0, pid=target.pid, host=host,
-                        python=target.version_text, cwd=_proc_cwd(target.pid), argv=argv,
-                        cpu_time="same as wall (py-spy)")
+    profile.meta.update(
+        collector="attach",
+        backend="py-spy",
+        sampler="py-spy",
+        rate=rate,
+        start_time=start_time,
+        duration=float(end.max()) if profile.num_samples else 0.0,
+        pid=target.pid,
+        host=host,
+        python=target.version_text,
+        cwd=_proc_cwd(target.pid),
+        argv=argv,
+        cpu_time="same as wall (py-spy)",
+    )
     return profile
 
 

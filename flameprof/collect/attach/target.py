@@ -42,7 +42,7 @@ def _stat_fields(pid: int | str) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent's pid),
     or None when the process is gone. The name may hold spaces and parentheses: split after the last ")"."""
     stat = _read(f"/proc/{pid}/stat")
-    return None if stat is None else stat[stat.rfind(")") + 2:].split()
+    return None if stat is None else stat[stat.rfind(")") + 2 :].split()
 
 
 def capabilities() -> int:
@@ -82,8 +82,15 @@ def is_descendant(pid: int, ancestor: int) -> bool:
     return False
 
 
-def ptrace_denial(pid: int, target_uid: int, *, euid: int | None = None, caps: int | None = None,
-                  scope: int | None | str = "read", descendant: bool | None = None) -> str | None:
+def ptrace_denial(
+    pid: int,
+    target_uid: int,
+    *,
+    euid: int | None = None,
+    caps: int | None = None,
+    scope: int | None | str = "read",
+    descendant: bool | None = None,
+) -> str | None:
     """Why this user may not trace ``pid`` (and how to fix it), or None when nothing forbids it.
 
     The keyword arguments default to this machine's state; tests pass them to check each rule.
@@ -93,19 +100,27 @@ def ptrace_denial(pid: int, target_uid: int, *, euid: int | None = None, caps: i
     scope = ptrace_scope() if scope == "read" else scope
     privileged = bool(caps & (1 << CAP_SYS_PTRACE))
     if target_uid != euid and not privileged:
-        return (f"permission denied: process {pid} belongs to another user (uid {target_uid}); "
-                f"run flameprof attach as that user, or as root (sudo)")
+        return (
+            f"permission denied: process {pid} belongs to another user (uid {target_uid}); "
+            f"run flameprof attach as that user, or as root (sudo)"
+        )
     if scope == 3:
-        return ("permission denied: ptrace is disabled on this machine (kernel.yama.ptrace_scope = 3); "
-                "it can only be lowered by rebooting with a different setting")
+        return (
+            "permission denied: ptrace is disabled on this machine (kernel.yama.ptrace_scope = 3); "
+            "it can only be lowered by rebooting with a different setting"
+        )
     if scope == 2 and not privileged:
-        return ("permission denied: kernel.yama.ptrace_scope = 2 lets only root attach; run flameprof attach "
-                "with sudo, or lower it: sudo sysctl kernel.yama.ptrace_scope=1")
+        return (
+            "permission denied: kernel.yama.ptrace_scope = 2 lets only root attach; run flameprof attach "
+            "with sudo, or lower it: sudo sysctl kernel.yama.ptrace_scope=1"
+        )
     if scope == 1 and not privileged:
         descendant = is_descendant(pid, os.getpid()) if descendant is None else descendant
         if not descendant:
-            return ("permission denied: kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
-                    "children; run flameprof attach with sudo, or allow it: sudo sysctl kernel.yama.ptrace_scope=0")
+            return (
+                "permission denied: kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
+                "children; run flameprof attach with sudo, or allow it: sudo sysctl kernel.yama.ptrace_scope=0"
+            )
     return None
 
 
@@ -115,10 +130,14 @@ def explain_ptrace_failure(pid: int, target_uid: int) -> str:
     if reason:
         return reason
     if in_container() and not capabilities() & (1 << CAP_SYS_PTRACE):
-        return ("permission denied: this container does not allow ptrace (no CAP_SYS_PTRACE); start it with "
-                "--cap-add=SYS_PTRACE (docker), or add SYS_PTRACE to the pod's securityContext capabilities")
-    return (f"permission denied: the kernel refused to let this process trace {pid} (a seccomp or security "
-            "module policy?); try as root, or in a container add the SYS_PTRACE capability")
+        return (
+            "permission denied: this container does not allow ptrace (no CAP_SYS_PTRACE); start it with "
+            "--cap-add=SYS_PTRACE (docker), or add SYS_PTRACE to the pod's securityContext capabilities"
+        )
+    return (
+        f"permission denied: the kernel refused to let this process trace {pid} (a seccomp or security "
+        "module policy?); try as root, or in a container add the SYS_PTRACE capability"
+    )
 
 
 def python_version(exe: str, maps: str) -> tuple[int, int] | None:
@@ -159,11 +178,15 @@ def inspect(pid: int) -> TargetProcess:
         if "python" in os.path.basename(exe).lower():
             raise FlameprofError(f"cannot tell which Python version process {pid} runs ({exe})")
         hint = [str(c) for c in _children_map().get(pid, ()) if _looks_like_python(c)]
-        raise FlameprofError(f"process {pid} is not a Python process ({os.path.basename(exe) or exe})"
-                             + (f"; its child {hint[0]} is: flameprof attach {hint[0]}" if len(hint) == 1 else ""))
+        raise FlameprofError(
+            f"process {pid} is not a Python process ({os.path.basename(exe) or exe})"
+            + (f"; its child {hint[0]} is: flameprof attach {hint[0]}" if len(hint) == 1 else "")
+        )
     if version not in SUPPORTED:
-        raise FlameprofError(f"process {pid} runs Python {version[0]}.{version[1]}; flameprof attach supports "
-                             f"CPython 3.10 to 3.13")
+        raise FlameprofError(
+            f"process {pid} runs Python {version[0]}.{version[1]}; flameprof attach supports "
+            f"CPython 3.10 to 3.13"
+        )
     denial = ptrace_denial(pid, uid)
     if denial:
         raise FlameprofError(denial)
@@ -193,7 +216,11 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] not in ("Z", "X")
 
 
-_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "multiprocessing.semaphore_tracker")
+_HELPERS = (
+    "multiprocessing.resource_tracker",
+    "multiprocessing.forkserver",
+    "multiprocessing.semaphore_tracker",
+)
 
 
 def _children_map() -> dict[int, list[int]]:

@@ -13,21 +13,21 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
 
 from ..jobs.parts import SUFFIX, part_files
 from .target import TargetProcess, alive, descendants, profilable, runs_parents_program, sees_paths
 
-WATCH_INTERVAL = 0.1   # seconds between looks at the process tree (about 1 ms each)
-FORK_GRACE = 0.3       # a followed fork has written its part by then
-START_RETRIES = 25     # looks at a child whose interpreter is still starting up before giving up
-RETRY = "retry"        # what ``inject`` returns when the child's interpreter is not running yet
+WATCH_INTERVAL = 0.1  # seconds between looks at the process tree (about 1 ms each)
+FORK_GRACE = 0.3  # a followed fork has written its part by then
+START_RETRIES = 25  # looks at a child whose interpreter is still starting up before giving up
+RETRY = "retry"  # what ``inject`` returns when the child's interpreter is not running yet
 
 
 def part_pid(path: str) -> int | None:
     """The pid of the process that wrote the part ``path`` (``part-<host>-<pid>.flameprof``)."""
-    pid = os.path.basename(path)[:-len(SUFFIX)].rpartition("-")[2]
+    pid = os.path.basename(path)[: -len(SUFFIX)].rpartition("-")[2]
     return int(pid) if pid.isdigit() else None
 
 
@@ -37,9 +37,16 @@ class ChildWatcher:
     ``admit(child)`` is called before gdb runs, so the child's agent is let in when it connects.
     """
 
-    def __init__(self, root: int, known: set[int], channel: str, paths: tuple[str, ...],
-                 inject: Callable[[TargetProcess], str | None], admit: Callable[[TargetProcess], None],
-                 note: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        root: int,
+        known: set[int],
+        channel: str,
+        paths: tuple[str, ...],
+        inject: Callable[[TargetProcess], str | None],
+        admit: Callable[[TargetProcess], None],
+        note: Callable[[str], None],
+    ) -> None:
         self.root = root
         self.done = set(known)  # injected, followed, or given up
         self.channel = channel
@@ -79,7 +86,9 @@ class ChildWatcher:
         elif not sees_paths(pid, self.paths):
             self.done.add(pid)
             if alive(pid):
-                self.note(f"leaving out child process {pid}: it sees other files (a container, or a private /tmp)")
+                self.note(
+                    f"leaving out child process {pid}: it sees other files (a container, or a private /tmp)"
+                )
         else:
             self.admit(child)
             self.running[pid] = (child, self.pool.submit(self.inject, child))
@@ -90,8 +99,10 @@ class ChildWatcher:
             return  # looked at again at the next look
         self.done.add(child.pid)
         if failure is not None and alive(child.pid):
-            self.note(f"leaving out child process {child.pid}: "
-                      + ("its interpreter did not start" if failure == RETRY else failure))
+            self.note(
+                f"leaving out child process {child.pid}: "
+                + ("its interpreter did not start" if failure == RETRY else failure)
+            )
 
     def close(self) -> None:
         """Let the injections under way finish (the agents they start end at the channel's end of file)."""

@@ -13,8 +13,8 @@ import atexit
 
 from ... import _native
 from ...model.builder import ProfileBuilder
-from .sampler_base import SamplerBase
 from .interning import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
+from .sampler_base import SamplerBase
 
 # Seconds between runs of the tick hooks (process counters, part flushes) on the clock thread. Each
 # run takes the GIL from the program: about 0.6 ms of a PyTorch loop's time on this machine.
@@ -102,7 +102,10 @@ class CSampler(SamplerBase):
 
         tick_time, tick_rows, thread, stack, wall, cpu = self._c.columns()
         times = np.frombuffer(tick_time, dtype=np.float64) - self.t0
-        return (np.repeat(times, np.frombuffer(tick_rows, dtype=np.uint32)),
-                np.frombuffer(thread, dtype=np.uint16).astype(np.int32),
-                np.frombuffer(stack, dtype=np.int32).copy(), np.frombuffer(wall, dtype=np.float64).copy(),
-                np.frombuffer(cpu, dtype=np.float32).astype(np.float64))
+        return (
+            np.repeat(times, np.frombuffer(tick_rows, dtype=np.uint32)),
+            np.frombuffer(thread, dtype=np.uint16).astype(np.int32),
+            np.frombuffer(stack, dtype=np.int32).copy(),
+            np.frombuffer(wall, dtype=np.float64).copy(),
+            np.frombuffer(cpu, dtype=np.float32).astype(np.float64),
+        )

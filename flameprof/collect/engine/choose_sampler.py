@@ -37,8 +37,10 @@ def make_sampler(builder: ProfileBuilder, rate: float = 100.0, pid: int | None =
         try:
             from .c_sampler import CSampler
         except ImportError as exc:
-            _warn_once(f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler, which sees "
-                       "a thread only where it lets the GIL go (Python work between blocking calls is under-counted)")
+            _warn_once(
+                f"the C sampler is unavailable ({exc}); using the slower pure-Python sampler, which sees "
+                "a thread only where it lets the GIL go (Python work between blocking calls is under-counted)"
+            )
         else:
             return CSampler(builder, rate, pid)
     return PythonSampler(builder, rate, pid)

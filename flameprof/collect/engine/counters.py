@@ -61,7 +61,7 @@ class CounterRecorder:
         times = self.times[:n]
         return {CPU_PERCENT: (times, self.cpu[:n]), RSS_BYTES: (times, self.rss[:n])}
 
-    def series(self, start: float, end: float) -> "dict[str, tuple[np.ndarray, np.ndarray]]":
+    def series(self, start: float, end: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The counters recorded between ``start`` and ``end`` seconds, as the model stores them."""
         import numpy as np
 

@@ -8,7 +8,8 @@ without racing the program (the sampler thread could be iterating them mid-call)
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class _ThenCall:

@@ -10,8 +10,8 @@ import os
 import sys
 import threading
 
-from ...model.records import Frame
 from ...model.builder import ProfileBuilder
+from ...model.records import Frame
 
 MAX_DEPTH = 1024
 FLAMEPROF_DIR = os.path.dirname(os.path.abspath(sys.modules["flameprof"].__file__)) + os.sep

@@ -8,16 +8,12 @@ thread used meanwhile (Linux per-thread CPU clocks), so the totals are not biase
 from __future__ import annotations
 
 import gc
-import os
 import sys
-import threading
 import time
 
-from ...model.records import Frame
 from ...model.builder import ProfileBuilder
 from .interning import BOUNDARY, MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
 from .sampler_base import SamplerBase
-
 
 
 def thread_cpu_clock(native_id: int) -> int | None:
@@ -163,7 +159,7 @@ class PythonSampler(SamplerBase):
                 ids = _insert_scopes(ids, owners, thread_scopes, builder)
             if len(ids) > MAX_DEPTH:
                 dropped = len(ids) - MAX_DEPTH + 1
-                ids = ids[:MAX_DEPTH - 1] + [truncation_marker(builder, dropped)]
+                ids = ids[: MAX_DEPTH - 1] + [truncation_marker(builder, dropped)]
             key = tuple(ids)
             sid = stack_ids.get(key)
             if sid is None:

@@ -10,13 +10,21 @@ import os
 import signal
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ...model.builder import ProfileBuilder
 
 # Every signal but the faults a thread causes itself (faulthandler reports those).
-ASYNC_SIGNALS = signal.valid_signals() - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
-                                           signal.SIGABRT, signal.SIGTRAP, signal.SIGKILL, signal.SIGSTOP}
+ASYNC_SIGNALS = signal.valid_signals() - {
+    signal.SIGSEGV,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGABRT,
+    signal.SIGTRAP,
+    signal.SIGKILL,
+    signal.SIGSTOP,
+}
 
 
 class _WatchedDict(dict):

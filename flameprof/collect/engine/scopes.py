@@ -12,7 +12,8 @@ import functools
 import sys
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ...model.records import Frame, Mark
 
@@ -94,7 +95,7 @@ class Scope:
         self.name = name
         self.phase = phase
 
-    def __enter__(self) -> "Scope":
+    def __enter__(self) -> Scope:
         scopes = _SCOPES
         if scopes is not None:  # push(), inlined: this is the hot path of a profiled loop
             name = self.name
@@ -186,7 +187,9 @@ def mark(name: str, value: str = "") -> None:
     cached = getattr(_THREAD, "index", None)
     if cached is None or cached[0] != _SESSION or cached[1] != sampler.pid:
         thread = threading.current_thread()
-        index = builder.thread_id(sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name)
+        index = builder.thread_id(
+            sampler.pid, getattr(thread, "native_id", None) or _get_ident(), thread.name
+        )
         cached = _THREAD.index = (_SESSION, sampler.pid, index)
     builder.marks.append(Mark(now, cached[2], name, value))
 

@@ -14,8 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...model.builder import ProfileBuilder
-from . import scopes
-from . import torch_hooks
+from . import scopes, torch_hooks
 from .choose_sampler import make_sampler
 from .counters import CounterRecorder
 from .sampler_base import SamplerBase
@@ -63,7 +62,7 @@ class _Session:
         assert self.sampler is not None
         return time.perf_counter() - self.sampler.t0
 
-    def snapshot(self, first: int, last: int, meta: dict) -> "Profile":
+    def snapshot(self, first: int, last: int, meta: dict) -> Profile:
         """A Profile of samples ``first:last`` with the session's frames and stacks."""
         assert self.builder is not None and self.sampler is not None
         with self.lock:
@@ -76,9 +75,16 @@ class _Session:
             profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
         sampler = self.sampler
         rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
-        profile.meta = dict(meta, start_time=self.start_time, sampler=sampler.kind, rate=rate,
-                            ticks=sampler.ticks, sampler_busy=sampler.busy, achieved_rate=achieved,
-                            sampler_starved=achieved < 0.5 * rate)
+        profile.meta = dict(
+            meta,
+            start_time=self.start_time,
+            sampler=sampler.kind,
+            rate=rate,
+            ticks=sampler.ticks,
+            sampler_busy=sampler.busy,
+            achieved_rate=achieved,
+            sampler_starved=achieved < 0.5 * rate,
+        )
         return profile
 
 

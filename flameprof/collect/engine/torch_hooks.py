@@ -28,16 +28,19 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from . import scopes
 from ...model.records import Mark
+from . import scopes
 from .import_watch import ImportWatch
-from .layers import NAMER
 from .interning import thread_identity
+from .layers import NAMER
 
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
-_NO_INPUT_GRAD_WARNING = "Full backward hook is firing when gradients are computed with respect to module outputs"
+_NO_INPUT_GRAD_WARNING = (
+    "Full backward hook is firing when gradients are computed with respect to module outputs"
+)
 
 
 def _ready(name: str) -> Any:
@@ -61,9 +64,12 @@ class TorchHooks:
 
     def install_available(self) -> None:
         """Install each part whose torch module has finished importing."""
-        for part, module_name in (("layers", "torch.nn.modules.module"), ("optimizer", "torch.optim.optimizer"),
-                                  ("dataloader", "torch.utils.data.dataloader"),
-                                  ("backward", "torch.nn.modules.module")):
+        for part, module_name in (
+            ("layers", "torch.nn.modules.module"),
+            ("optimizer", "torch.optim.optimizer"),
+            ("dataloader", "torch.utils.data.dataloader"),
+            ("backward", "torch.nn.modules.module"),
+        ):
             if part in self._pending:
                 module = _ready(module_name)
                 if module is not None:
@@ -219,7 +225,6 @@ class TorchHooks:
                     return
         except Exception:
             pass
-
 
 
 def _at_backward_end(stack: list) -> None:

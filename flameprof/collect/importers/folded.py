@@ -7,7 +7,8 @@ import math
 import re
 import sys
 from array import array
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ...errors import FlameprofError
 from ...model.records import Frame
@@ -40,7 +41,9 @@ class FoldedLines:
     malformed ones are counted in ``skipped`` (first at ``first_bad``), or raise FlameprofError with
     their number when ``strict``."""
 
-    def __init__(self, numbered: Iterable[tuple[int, str]], source: str = "<stdin>", strict: bool = True) -> None:
+    def __init__(
+        self, numbered: Iterable[tuple[int, str]], source: str = "<stdin>", strict: bool = True
+    ) -> None:
         self.numbered = numbered
         self.source = source
         self.strict = strict
@@ -68,10 +71,14 @@ class FoldedLines:
 
 def malformed_line(source: str, number: int, line: str) -> FlameprofError:
     """The error for a folded line that is not ``frame;frame;... count``."""
-    return FlameprofError(f"{source}:{number}: malformed folded line (expected 'frame;frame;... count'): {line[:80]!r}")
+    return FlameprofError(
+        f"{source}:{number}: malformed folded line (expected 'frame;frame;... count'): {line[:80]!r}"
+    )
 
 
-def note_skipped(meta: dict | None, source: str, skipped: int, first: str, what: str = "malformed line") -> None:
+def note_skipped(
+    meta: dict | None, source: str, skipped: int, first: str, what: str = "malformed line"
+) -> None:
     """Record skipped input in ``meta['skipped_lines']`` and print the one warning line about it."""
     if not skipped:
         return
@@ -92,8 +99,9 @@ def counts_to_seconds(profile: Profile, rate: float) -> Profile:
     return profile
 
 
-def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = True,
-                unit: str = "count") -> Profile:
+def read_folded(
+    lines: Iterable[str], source: str = "<stdin>", strict: bool = True, unit: str = "count"
+) -> Profile:
     """Build a Profile with one sample per line, weighted by its count (which may be fractional).
 
     ``strict`` raises FlameprofError at the first malformed line (with its number); otherwise such
@@ -111,13 +119,25 @@ def read_folded(lines: Iterable[str], source: str = "<stdin>", strict: bool = Tr
         ids.extend(map(frame_id, parts))
         lengths.append(len(parts))
         weights.append(weight)
-    parent, frame, leaf = _intern_stacks(np.frombuffer(ids, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64))
-    return _profile(frames.frames, parent, frame, leaf, np.frombuffer(weights, dtype=np.float64).copy(),
-                    source, unit, reader.skipped, reader.first_bad)
+    parent, frame, leaf = _intern_stacks(
+        np.frombuffer(ids, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64)
+    )
+    return _profile(
+        frames.frames,
+        parent,
+        frame,
+        leaf,
+        np.frombuffer(weights, dtype=np.float64).copy(),
+        source,
+        unit,
+        reader.skipped,
+        reader.first_bad,
+    )
 
 
-def read_folded_chunks(chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = True,
-                       unit: str = "count") -> Profile:
+def read_folded_chunks(
+    chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = True, unit: str = "count"
+) -> Profile:
     """``read_folded`` of UTF-8 text given as chunks of bytes cut anywhere (invalid bytes read as U+FFFD),
     by the C reader ``flameprof._folded`` when it is built (the same Profile, several times faster), else
     line by line in Python."""
@@ -136,9 +156,17 @@ def read_folded_chunks(chunks: Iterable[bytes], source: str = "<stdin>", strict:
     if bad is not None:
         number, line = bad
         raise malformed_line(source, number, line.decode("utf-8", "replace"))
-    return _profile(frames.frames, np.frombuffer(parent, dtype=np.int32), np.frombuffer(frame, dtype=np.int32),
-                    np.frombuffer(leaf, dtype=np.int32), np.frombuffer(weights, dtype=np.float64), source, unit,
-                    skipped, first_bad)
+    return _profile(
+        frames.frames,
+        np.frombuffer(parent, dtype=np.int32),
+        np.frombuffer(frame, dtype=np.int32),
+        np.frombuffer(leaf, dtype=np.int32),
+        np.frombuffer(weights, dtype=np.float64),
+        source,
+        unit,
+        skipped,
+        first_bad,
+    )
 
 
 def _decoded_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -153,8 +181,17 @@ def _decoded_lines(chunks: Iterable[bytes]) -> Iterator[str]:
         yield rest
 
 
-def _profile(frames: list[Frame], parent, frame, leaf, weights, source: str, unit: str, skipped: int,
-             first_bad: int | None) -> Profile:
+def _profile(
+    frames: list[Frame],
+    parent,
+    frame,
+    leaf,
+    weights,
+    source: str,
+    unit: str,
+    skipped: int,
+    first_bad: int | None,
+) -> Profile:
     """The Profile of folded lines: one thread, one sample per line (its time unknown, so 0)."""
     import numpy as np
 
@@ -162,9 +199,18 @@ def _profile(frames: list[Frame], parent, frame, leaf, weights, source: str, uni
 
     meta = {"source": source, "weight_unit": unit, "collector": "folded"}
     note_skipped(meta, source, skipped, f"line {first_bad}")
-    return Profile(frames=frames, stack_parent=parent, stack_frame=frame, threads=[ThreadInfo(0, 0, "")],
-                   sample_time=np.zeros(len(weights)), sample_thread=np.zeros(len(weights), dtype=np.int32),
-                   sample_stack=leaf, sample_wall=weights, sample_cpu=weights.copy(), meta=meta)
+    return Profile(
+        frames=frames,
+        stack_parent=parent,
+        stack_frame=frame,
+        threads=[ThreadInfo(0, 0, "")],
+        sample_time=np.zeros(len(weights)),
+        sample_thread=np.zeros(len(weights), dtype=np.int32),
+        sample_stack=leaf,
+        sample_wall=weights,
+        sample_cpu=weights.copy(),
+        meta=meta,
+    )
 
 
 class _FrameIds(dict):
@@ -198,9 +244,10 @@ def _intern_stacks(ids, lengths):
     parents, frames, first_lines, depths = [], [], [], []
     count = 0
     for k in range(int(lengths.max()) if n else 0):
-        lines = np.flatnonzero(lengths > k)                           # ascending: first index = first line
-        keys, first, inverse = np.unique((node[lines] + 1) * span + ids[starts[lines] + k],
-                                         return_index=True, return_inverse=True)
+        lines = np.flatnonzero(lengths > k)  # ascending: first index = first line
+        keys, first, inverse = np.unique(
+            (node[lines] + 1) * span + ids[starts[lines] + k], return_index=True, return_inverse=True
+        )
         parents.append(keys // span - 1)
         frames.append(keys % span)
         first_lines.append(lines[first])
@@ -210,7 +257,7 @@ def _intern_stacks(ids, lengths):
     if not count:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.full(n, -1, dtype=np.int64)
-    new_id = np.empty(count + 1, dtype=np.int64)                      # slot -1 maps the roots' parent
+    new_id = np.empty(count + 1, dtype=np.int64)  # slot -1 maps the roots' parent
     new_id[np.lexsort((np.concatenate(depths), np.concatenate(first_lines)))] = np.arange(count)
     new_id[-1] = -1
     parent, frame = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)

@@ -6,19 +6,20 @@ from __future__ import annotations
 import io
 import itertools
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from ...errors import FlameprofError
-from ...model.profile import Profile
 from ...model import storage
+from ...model.profile import Profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
 from .perf_script import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
-CHUNK = 8 << 20     # folded text is read this much at a time: a file of gigabytes is never held whole
+CHUNK = 8 << 20  # folded text is read this much at a time: a file of gigabytes is never held whole
 
 
 @contextmanager
@@ -67,7 +68,9 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
 def _check_text(head: bytes, source: str) -> None:
     """Refuse binary data that would otherwise read as (malformed) text."""
     if head.startswith(b"PERFILE"):
-        raise FlameprofError(f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'")
+        raise FlameprofError(
+            f"{source}: this is a perf.data file; import the text of 'perf script -i {source}'"
+        )
     if b"\x00" in head[:4096]:
         raise FlameprofError(f"{source}: not a profile, perf script or folded text (binary data)")
 
@@ -88,7 +91,7 @@ def load_input(path: str, strict: bool = True) -> Profile:
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
             return _found(read_folded_chunks(chunks, source, strict), source, "folded")
-        if start is not None:    # read whole from the start: no second copy to join the head to the rest
+        if start is not None:  # read whole from the start: no second copy to join the head to the rest
             fh.seek(start)
             data = fh.read()
         else:

@@ -44,7 +44,7 @@ class Inliner:
         out = _output([b"addr2line", b"-a", pc, b"-e", mod, b"-i", b"-f", b"-s", b"-C"])
         first = out.find(b"\n")
         if first >= 0:
-            out = out[first + 1:]             # the address line
+            out = out[first + 1 :]  # the address line
         if b"??\n??:0" in out:
             m = _SYMBOL_OFFSET.match(rawfunc)
             if m:
@@ -59,7 +59,7 @@ class Inliner:
             lines.pop()
         chain: list[bytes] = []
         function = b""
-        for line in lines:                    # function, file:line pairs, innermost first
+        for line in lines:  # function, file:line pairs, innermost first
             line = _DISCRIMINATOR.sub(b"", line, count=1)
             if function == b"":
                 function = line

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from ...errors import FlameprofError
-from ...model.records import Frame, ProcessInfo
 from ...model.builder import ProfileBuilder
+from ...model.records import Frame, ProcessInfo
 from .folded import note_skipped
 from .perf_inline import Inliner
 
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
     from ...model.profile import Profile
 
 # The same patterns stackcollapse-perf.pl applies, in Python's (here equivalent) regex dialect.
-_HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")          # comm, pid or tid, tid
-_EVENT = re.compile(rb":\s*(\d+)*\s+(\S+):\s*$")               # period, event name
-_FRAME = re.compile(rb"\s*(\w+)\s*(.+) \((.*)\)")              # pc, symbol, module
+_HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")  # comm, pid or tid, tid
+_EVENT = re.compile(rb":\s*(\d+)*\s+(\S+):\s*$")  # period, event name
+_FRAME = re.compile(rb"\s*(\w+)\s*(.+) \((.*)\)")  # pc, symbol, module
 # The usual stack line, "<ws>addr symbol+0xoff (module)" with no other parentheses: for it the
 # pattern above captures exactly these groups, with the offset already stripped from the symbol.
 _USUAL_FRAME = re.compile(rb"\s*(\w+)\s+([^\s(+][^(]*?)(?:\+0x[\da-f]+)? \(([^()]*)\)")
@@ -38,26 +39,26 @@ _GO_METHOD = re.compile(rb"\.\(.*\)\.")
 _ARGS = re.compile(rb"\((?!anonymous namespace\)).*")
 _JIT_MAP = re.compile(rb"/tmp/perf-\d+\.map")
 _TIME = re.compile(rb"\s(\d+\.\d+):")
-_BRACKETED = re.compile(rb"\[.*?\]")                          # dropped from a srcline line
+_BRACKETED = re.compile(rb"\[.*?\]")  # dropped from a srcline line
 _NOT_HEADER_START = frozenset(b" \t\r\n\f\v#")
 _CLOCK_EVENTS = (b"cpu-clock", b"task-clock")
 CHUNK = 8 << 20
-_MISSING, _BAD, _SKIP, _IMPURE = object(), object(), object(), object()   # line cache markers
+_MISSING, _BAD, _SKIP, _IMPURE = object(), object(), object(), object()  # line cache markers
 
 
 @dataclass(frozen=True)
 class CollapseOptions:
     """The options of stackcollapse-perf.pl that flameprof supports (``--all`` sets kernel and jit)."""
 
-    pid: bool = False           # "comm-PID" roots
-    tid: bool = False           # "comm-PID/TID" roots
-    kernel: bool = False        # "_[k]" on kernel frames
-    jit: bool = False           # "_[j]" on frames from /tmp/perf-PID.map
-    addrs: bool = False         # "[module <addr>]" for unknown symbols
-    event_filter: bytes = b""   # keep this event only; default: the first event seen
-    inline: bool = False        # un-inline with addr2line
-    context: bool = False       # with inline: ":file:line" after each function
-    srcline: bool = False       # each frame line is followed by its source line (perf script -F+srcline)
+    pid: bool = False  # "comm-PID" roots
+    tid: bool = False  # "comm-PID/TID" roots
+    kernel: bool = False  # "_[k]" on kernel frames
+    jit: bool = False  # "_[j]" on frames from /tmp/perf-PID.map
+    addrs: bool = False  # "[module <addr>]" for unknown symbols
+    event_filter: bytes = b""  # keep this event only; default: the first event seen
+    inline: bool = False  # un-inline with addr2line
+    context: bool = False  # with inline: ":file:line" after each function
+    srcline: bool = False  # each frame line is followed by its source line (perf script -F+srcline)
 
 
 # One parsed frame line: its frames as (func, module, raw symbol), in the order of an inline chain.
@@ -65,14 +66,14 @@ LineFrames = tuple[tuple[bytes, bytes, bytes], ...]
 
 
 class _Rest(NamedTuple):
-    value: object          # the caller's value of these lines, or _IMPURE
-    bad: tuple[int, ...]   # indices of unrecognised lines
+    value: object  # the caller's value of these lines, or _IMPURE
+    bad: tuple[int, ...]  # indices of unrecognised lines
     nlines: int
 
 
 def _number(digits: bytes) -> int:
     """A decimal field; absurdly long ones saturate instead of making huge integers."""
-    return int(digits) if len(digits) <= 19 else 10 ** 19
+    return int(digits) if len(digits) <= 19 else 10**19
 
 
 class PerfScriptParser:
@@ -86,9 +87,16 @@ class PerfScriptParser:
     ``strict``.
     """
 
-    def __init__(self, part: Callable[[LineFrames], object], extend: Callable[[object, object], object],
-                 empty: object, options: CollapseOptions = CollapseOptions(), strict: bool = False,
-                 source: str = "<stdin>", flush_at_end: bool = False) -> None:
+    def __init__(
+        self,
+        part: Callable[[LineFrames], object],
+        extend: Callable[[object, object], object],
+        empty: object,
+        options: CollapseOptions = CollapseOptions(),
+        strict: bool = False,
+        source: str = "<stdin>",
+        flush_at_end: bool = False,
+    ) -> None:
         self.part = part
         self.extend = extend
         self.empty = empty
@@ -101,8 +109,8 @@ class PerfScriptParser:
         self.other_events: set[bytes] = set()
         self.skipped = 0
         self.first_bad: int | None = None
-        self._line_cache: tuple[dict, dict] = ({}, {})   # per java flag: line -> piece or a marker
-        self._rest_cache: tuple[dict, dict] = ({}, {})   # per java flag: lines below the leaf -> _Rest
+        self._line_cache: tuple[dict, dict] = ({}, {})  # per java flag: line -> piece or a marker
+        self._rest_cache: tuple[dict, dict] = ({}, {})  # per java flag: lines below the leaf -> _Rest
         self._symbol_cache: tuple[dict, dict] = ({}, {})  # per java flag: (symbol, module) -> piece
         self._inliner = Inliner(options.context) if options.inline else None
         # state of the line-by-line machine (only used inside a slow block)
@@ -110,8 +118,8 @@ class PerfScriptParser:
         self._period = 1
         self._header: bytes = b""
         self._parts: list[LineFrames] = []
-        self._awaiting: tuple[list, list[int]] | None = None   # srcline: frames, [lines read, lines due]
-        self._lines_done = 0      # lines in input consumed before the current chunk
+        self._awaiting: tuple[list, list[int]] | None = None  # srcline: frames, [lines read, lines due]
+        self._lines_done = 0  # lines in input consumed before the current chunk
 
     # -- public ----------------------------------------------------------------------------
     def samples(self, chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
@@ -139,8 +147,11 @@ class PerfScriptParser:
         """Print the one warning line about skipped event types, if any."""
         if self.other_events and self.event_defaulted:
             others = ", ".join(sorted(e.decode("utf-8", "replace") for e in self.other_events))
-            print(f"flameprof: warning: {self.source}: several event types; kept only "
-                  f"{self.event_filter.decode('utf-8', 'replace')} (skipped {others})", file=sys.stderr)
+            print(
+                f"flameprof: warning: {self.source}: several event types; kept only "
+                f"{self.event_filter.decode('utf-8', 'replace')} (skipped {others})",
+                file=sys.stderr,
+            )
 
     # -- block processing --------------------------------------------------------------------
     def _blocks(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
@@ -152,19 +163,23 @@ class PerfScriptParser:
         line_caches = self._line_cache
         rest_caches = self._rest_cache
         extend = self.extend
-        offset = 0            # lines before this block, within the current chunk
+        offset = 0  # lines before this block, within the current chunk
         for block in blocks:
             nl = block.find(b"\n")
             header = block if nl < 0 else block[:nl]
-            m = header_match(header) if header_match and header and header[0] not in _NOT_HEADER_START else None
+            m = (
+                header_match(header)
+                if header_match and header and header[0] not in _NOT_HEADER_START
+                else None
+            )
             if m is not None:
                 java = header[:4] == b"java"
                 if nl < 0:
                     leaf, rest = None, None
                 else:
                     nl2 = block.find(b"\n", nl + 1)
-                    leaf = block[nl + 1:] if nl2 < 0 else block[nl + 1:nl2]
-                    rest = None if nl2 < 0 else block[nl2 + 1:]
+                    leaf = block[nl + 1 :] if nl2 < 0 else block[nl + 1 : nl2]
+                    rest = None if nl2 < 0 else block[nl2 + 1 :]
                 below = rest_caches[java].get(rest)
                 if below is None:
                     below = self._rest(rest, java)
@@ -179,8 +194,11 @@ class PerfScriptParser:
                     kept = self._header_line(header, m)
                     if kept is not None:
                         self._pname = None
-                        value = below.value if piece is None or piece is _BAD or piece is _SKIP \
+                        value = (
+                            below.value
+                            if piece is None or piece is _BAD or piece is _SKIP
                             else extend(below.value, piece)
+                        )
                         yield header, kept, self._period, value
                     offset += below.nlines + (2 if leaf is None else 3)
                     continue
@@ -194,7 +212,7 @@ class PerfScriptParser:
         if line[:1] == b"#":
             piece = _SKIP
         elif not line or line[0] not in _NOT_HEADER_START:
-            piece = _IMPURE      # blank or possibly a header: needs the state machine
+            piece = _IMPURE  # blank or possibly a header: needs the state machine
         else:
             m = None if self._inliner else _USUAL_FRAME.fullmatch(line)
             if m is None:
@@ -211,7 +229,7 @@ class PerfScriptParser:
         self._line_cache[java][line] = piece
         return piece
 
-    def _rest(self, rest: bytes | None, java: bool) -> "_Rest":
+    def _rest(self, rest: bytes | None, java: bool) -> _Rest:
         """Value of the lines below the leaf (root-first), computed once per distinct text."""
         lines = [] if rest is None else rest.split(b"\n")
         cache = self._line_cache[java]
@@ -234,7 +252,9 @@ class PerfScriptParser:
         self._rest_cache[java][rest] = entry
         return entry
 
-    def _slow(self, lines: list[bytes], offset: int, flush: bool) -> Iterator[tuple[bytes, bytes, int, object]]:
+    def _slow(
+        self, lines: list[bytes], offset: int, flush: bool
+    ) -> Iterator[tuple[bytes, bytes, int, object]]:
         """The Perl main loop, line by line; ``flush`` adds the blank line that ended the block."""
         if flush:
             lines = lines + [b""]
@@ -396,8 +416,12 @@ def read_chunks(stream: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:
         yield chunk
 
 
-def collapse_perf(chunks: Iterable[bytes], options: CollapseOptions = CollapseOptions(), strict: bool = False,
-                  source: str = "<stdin>") -> dict[bytes, int]:
+def collapse_perf(
+    chunks: Iterable[bytes],
+    options: CollapseOptions = CollapseOptions(),
+    strict: bool = False,
+    source: str = "<stdin>",
+) -> dict[bytes, int]:
     """Collapsed stacks (``stack -> summed period``) exactly as stackcollapse-perf.pl computes them."""
     parser = PerfScriptParser(_collapsed_piece, _append, b"", options, strict, source)
     out: dict[bytes, int] = {}
@@ -431,8 +455,9 @@ def perf_frame(func: bytes, mod: bytes, raw: bytes) -> Frame:
     return Frame(_decode(func), file, 0, "native")
 
 
-def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False,
-                     srcline: bool = False) -> Profile:
+def read_perf_script(
+    chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False, srcline: bool = False
+) -> Profile:
     """Import perf script output: one sample per kept event, on a thread per (pid, tid), weighted by the
     sample period (seconds for cpu-clock/task-clock, event counts otherwise, 1 when perf printed none).
     With ``srcline`` (``perf script -F+srcline``) native frames are named ``func:file:line`` as
@@ -449,8 +474,15 @@ def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: b
             ids.append(fid)
         return tuple(ids)
 
-    parser = PerfScriptParser(piece, lambda parent, ids: builder.stack_id(ids, parent), -1, CollapseOptions(srcline=srcline),
-                              strict, source, flush_at_end=True)
+    parser = PerfScriptParser(
+        piece,
+        lambda parent, ids: builder.stack_id(ids, parent),
+        -1,
+        CollapseOptions(srcline=srcline),
+        strict,
+        source,
+        flush_at_end=True,
+    )
     threads: dict[bytes, int] = {}
     samples: list[tuple[float, int, int, int]] = []
     for header, _pname, period, stack in parser.samples(chunks):
@@ -462,16 +494,19 @@ def read_perf_script(chunks: Iterable[bytes], source: str = "<stdin>", strict: b
             pid, tid = (_number(first), _number(second)) if second is not None else (0, _number(first))
             thread = threads[key] = builder.thread_id(pid, tid, _decode(comm))
             if pid:
-                builder.process(ProcessInfo(pid, "main" if not builder.processes else "",
-                                            cmdline=_decode(comm)))
+                builder.process(
+                    ProcessInfo(pid, "main" if not builder.processes else "", cmdline=_decode(comm))
+                )
         t = _TIME.search(header, m.end(2))
         samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))
-    note_skipped(builder.meta, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line")
+    note_skipped(
+        builder.meta, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line"
+    )
     parser.report()
     event = parser.event_filter.split(b":")[0]
     has_period = any(s[3] != 1 for s in samples)
     if event in _CLOCK_EVENTS and has_period:
-        scale, unit = 1e-9, "seconds"          # clock events count nanoseconds
+        scale, unit = 1e-9, "seconds"  # clock events count nanoseconds
     else:
         scale, unit = 1.0, (_decode(event) if has_period else "count")
     t0 = min((s[0] for s in samples), default=0.0)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from ...errors import FlameprofError
-from ...model.records import Frame, ProcessInfo
 from ...model.builder import ProfileBuilder
+from ...model.records import Frame, ProcessInfo
 from .folded import FoldedLines, counts_to_seconds, file_kind, note_skipped, parse_frame
 
 if TYPE_CHECKING:
@@ -87,8 +88,9 @@ def _records(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
         yield pending
 
 
-def read_pyspy_raw(lines: Iterable[str], source: str = "<stdin>", strict: bool = True,
-                   rate: float | None = None) -> Profile:
+def read_pyspy_raw(
+    lines: Iterable[str], source: str = "<stdin>", strict: bool = True, rate: float | None = None
+) -> Profile:
     """Import ``py-spy record --format raw`` output. Counts are samples (``weight_unit`` ``count``)
     unless ``rate`` (py-spy's ``--rate``) is given, which turns them into seconds."""
     builder = ProfileBuilder({"source": source, "weight_unit": "count", "collector": "py-spy"})
@@ -137,14 +139,20 @@ def read_speedscope(data: bytes | str, source: str = "<stdin>", strict: bool = T
         raise FlameprofError(f"{source}: not valid speedscope JSON ({exc})") from None
     shared = doc.get("shared") if isinstance(doc, dict) else None
     profiles = doc.get("profiles") if isinstance(doc, dict) else None
-    if not isinstance(shared, dict) or not isinstance(shared.get("frames"), list) or not isinstance(profiles, list):
+    if (
+        not isinstance(shared, dict)
+        or not isinstance(shared.get("frames"), list)
+        or not isinstance(profiles, list)
+    ):
         raise FlameprofError(f"{source}: not a speedscope file (needs 'shared.frames' and 'profiles')")
     try:
         frames = [_speedscope_frame(f) for f in shared["frames"]]
     except ValueError as exc:
         raise FlameprofError(f"{source}: bad speedscope frame ({exc})") from None
     exporter = str(doc.get("exporter") or "")
-    builder = ProfileBuilder({"source": source, "collector": "py-spy" if exporter.startswith("py-spy") else "speedscope"})
+    builder = ProfileBuilder(
+        {"source": source, "collector": "py-spy" if exporter.startswith("py-spy") else "speedscope"}
+    )
     reader = _SpeedscopeReader(builder, frames, source, strict)
     for number, prof in enumerate(profiles):
         reader.profile(number, prof)
@@ -216,13 +224,18 @@ class _SpeedscopeReader:
             ids.append(fid)
         return self.threads.thread(roots, *default), self.builder.stack_id(ids)
 
-    def sampled(self, where: str, samples: object, weights: object, start: float, scale: float,
-                default: tuple) -> None:
+    def sampled(
+        self, where: str, samples: object, weights: object, start: float, scale: float, default: tuple
+    ) -> None:
         if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
             return self.bad(where, "needs 'samples' and 'weights' lists of the same length")
         time = start
         for k, (indices, weight) in enumerate(zip(samples, weights)):
-            if not isinstance(indices, list) or type(weight) not in (int, float) or not 0 <= weight < math.inf:
+            if (
+                not isinstance(indices, list)
+                or type(weight) not in (int, float)
+                or not 0 <= weight < math.inf
+            ):
                 self.bad(f"{where} sample {k}", "malformed sample")
                 continue
             try:
@@ -230,7 +243,7 @@ class _SpeedscopeReader:
                 self.builder.add_sample(time * scale, thread, sid, weight * scale, weight * scale)
             except ValueError as exc:
                 self.bad(f"{where} sample {k}", str(exc))
-            time += weight     # a skipped sample still took its time
+            time += weight  # a skipped sample still took its time
 
     def evented(self, where: str, events: object, start: float, scale: float, default: tuple) -> None:
         if not isinstance(events, list):
@@ -241,8 +254,14 @@ class _SpeedscopeReader:
             at = ev.get("at") if isinstance(ev, dict) else None
             kind = ev.get("type") if isinstance(ev, dict) else None
             frame = ev.get("frame") if isinstance(ev, dict) else None
-            if type(at) not in (int, float) or not last <= at < math.inf or kind not in ("O", "C") or type(frame) is not int \
-                    or not 0 <= frame < len(self.frames) or (kind == "C" and (not open_frames or open_frames[-1] != frame)):
+            if (
+                type(at) not in (int, float)
+                or not last <= at < math.inf
+                or kind not in ("O", "C")
+                or type(frame) is not int
+                or not 0 <= frame < len(self.frames)
+                or (kind == "C" and (not open_frames or open_frames[-1] != frame))
+            ):
                 self.bad(f"{where} event {k}", "malformed or unbalanced event")
                 continue
             if open_frames and at > last:

@@ -26,14 +26,14 @@ from ..engine.counters import CounterRecorder
 from ..engine.session import SESSION, run_metadata
 from .parts import PartWriter
 
-ENV_DIR = "FLAMEPROF_CHILD_DIR"      # the parts directory; its presence turns profiling on
-ENV_RATE = "FLAMEPROF_CHILD_RATE"    # samples per second
-ENV_TREE = "FLAMEPROF_CHILD_TREE"    # "0": profile only the first Python process, not its children
+ENV_DIR = "FLAMEPROF_CHILD_DIR"  # the parts directory; its presence turns profiling on
+ENV_RATE = "FLAMEPROF_CHILD_RATE"  # samples per second
+ENV_TREE = "FLAMEPROF_CHILD_TREE"  # "0": profile only the first Python process, not its children
 ENV_RANK_PID = "FLAMEPROF_RANK_PID"  # set by the process that owns RANK, so its children know they are not it
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
-FLUSH_INTERVAL = 1.0                 # seconds between flushes, at least
-FLUSH_BUDGET = 0.01                  # flushing may take at most this share of the time
-EXIT_WAIT = 5.0                      # seconds the final flush waits for a flush in progress
+FLUSH_INTERVAL = 1.0  # seconds between flushes, at least
+FLUSH_BUDGET = 0.01  # flushing may take at most this share of the time
+EXIT_WAIT = 5.0  # seconds the final flush waits for a flush in progress
 
 
 class _Tree:
@@ -41,7 +41,7 @@ class _Tree:
 
     directory: str | None = None
     rate = 100.0
-    recorder: "_Recorder | None" = None
+    recorder: _Recorder | None = None
     fork_hook = False
     exit_hooks = False
 
@@ -132,6 +132,7 @@ def forget_environment(env) -> None:
 
 # -- the process's role -----------------------------------------------------------------------
 
+
 def multiprocessing_helper() -> str | None:
     """``resource_tracker`` or ``forkserver`` when this process is that multiprocessing helper.
 
@@ -192,6 +193,7 @@ def command_line() -> str:
 
 # -- the recorder ------------------------------------------------------------------------------
 
+
 class _Recorder:
     """Flushes this process's samples to its part: from the sampler's tick, and once more at the end."""
 
@@ -203,7 +205,9 @@ class _Recorder:
         self.writer = PartWriter(directory, SESSION.builder, self.host, self.pid)
         self.forked_from = forked_from
         self.created = time.time()
-        self.busy_before = getattr(SESSION.sampler, "busy", 0.0)  # a forked child's sampler counts its parent's
+        self.busy_before = getattr(
+            SESSION.sampler, "busy", 0.0
+        )  # a forked child's sampler counts its parent's
         self.flush_seconds = 0.0
         self.due = 0.0  # the first tick writes a part at once: it tells the parent this process exists
         self.finished = False
@@ -213,11 +217,17 @@ class _Recorder:
         session = self.session
         sampler = session.sampler
         now = time.time()
-        meta = dict(run_metadata(), start_time=session.start_time, duration=now - session.start_time,
-                    rate=_TREE.rate, sampler=getattr(sampler, "kind", ""),
-                    outlives_parent=multiprocessing_helper() is not None, daemon=_daemonic(),
-                    profiled_seconds=now - self.created,  # flameprof's own cost in this process:
-                    profiler_seconds=getattr(sampler, "busy", 0.0) - self.busy_before + self.flush_seconds)
+        meta = dict(
+            run_metadata(),
+            start_time=session.start_time,
+            duration=now - session.start_time,
+            rate=_TREE.rate,
+            sampler=getattr(sampler, "kind", ""),
+            outlives_parent=multiprocessing_helper() is not None,
+            daemon=_daemonic(),
+            profiled_seconds=now - self.created,  # flameprof's own cost in this process:
+            profiler_seconds=getattr(sampler, "busy", 0.0) - self.busy_before + self.flush_seconds,
+        )
         series = {} if session.counters is None else session.counters.points()
         info = ProcessInfo(self.pid, process_role(self.forked_from), self.host, command_line(), os.getppid())
         return self.writer.write(info, meta, series, final, timeout=EXIT_WAIT if final else None)
@@ -310,7 +320,6 @@ def _after_fork_in_child() -> None:
     parent = _TREE.recorder.pid if _TREE.recorder is not None else os.getppid()
     _TREE.recorder = None  # the parent's recorder and part are not this process's
     try:
-
         sampler = SESSION.sampler
         if _TREE.directory is None or sampler is None or SESSION.users <= 0 or not sampler.running:
             return
@@ -320,7 +329,9 @@ def _after_fork_in_child() -> None:
         old = SESSION.counters
         if old is not None:
             SESSION.counters = CounterRecorder(sampler.t0)
-            sampler.tick_hooks[:] = [SESSION.counters.tick if h == old.tick else h for h in sampler.tick_hooks]
+            sampler.tick_hooks[:] = [
+                SESSION.counters.tick if h == old.tick else h for h in sampler.tick_hooks
+            ]
         _start_recorder(_TREE.directory, parent)
         sampler.start()
     except Exception:  # the child runs on unprofiled rather than fail

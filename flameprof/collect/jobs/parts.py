@@ -17,9 +17,9 @@ import zipfile
 from array import array
 
 from ...atomic import write_bytes
+from ...model.builder import ProfileBuilder
 from ...model.fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
 from ...model.records import SAMPLE_COLUMNS, ProcessInfo
-from ...model.builder import ProfileBuilder
 
 PREFIX = "part-"
 SUFFIX = ".flameprof"
@@ -32,9 +32,13 @@ def part_path(directory: str, host: str, pid: int) -> str:
 
 def _npy(values: array) -> bytes:
     """``values`` in numpy's ``.npy`` format (version 1.0): a padded text header, then raw data."""
-    header = f"{{'descr': '{_ENDIAN}i{values.itemsize}', 'fortran_order': False, 'shape': ({len(values)},), }}"
+    header = (
+        f"{{'descr': '{_ENDIAN}i{values.itemsize}', 'fortran_order': False, 'shape': ({len(values)},), }}"
+    )
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1") + values.tobytes()
+    return (
+        b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1") + values.tobytes()
+    )
 
 
 def _us(seconds) -> list[int]:
@@ -72,7 +76,13 @@ class PartWriter:
         self.builder = builder
         self.lock = threading.Lock()
         self.written = -1  # samples in the file on disk; -1 before the first write
-        self._columns = [array("q"), array("i"), array("i"), array("q"), array("q")]  # time thread stack wall cpu
+        self._columns = [
+            array("q"),
+            array("i"),
+            array("i"),
+            array("q"),
+            array("q"),
+        ]  # time thread stack wall cpu
         self._frames_json: list[str] = []  # the tables only grow: each flush encodes only what is new
         self._stack_parent = array("i")
         self._stack_frame = array("i")
@@ -111,8 +121,14 @@ class PartWriter:
         self._list_done = n_list
         return len(time_us)
 
-    def write(self, process: ProcessInfo, meta: dict, counters: dict, final: bool = False,
-              timeout: float | None = None) -> float:
+    def write(
+        self,
+        process: ProcessInfo,
+        meta: dict,
+        counters: dict,
+        final: bool = False,
+        timeout: float | None = None,
+    ) -> float:
         """Write the part if it changed (always when ``final``); returns the CPU seconds it took.
 
         ``counters`` maps a name to (times, values) lists; ``timeout`` bounds the wait for a
@@ -130,14 +146,16 @@ class PartWriter:
             n_threads = len(b.threads)
             n_stacks = min(len(b.stack_parent), len(b.stack_frame))
             n_frames = len(b.frames)
-            self._frames_json.extend(json_text(frame_row(f)) for f in b.frames[len(self._frames_json):n_frames])
-            self._stack_parent.extend(b.stack_parent[len(self._stack_parent):n_stacks])
-            self._stack_frame.extend(b.stack_frame[len(self._stack_frame):n_stacks])
+            self._frames_json.extend(
+                json_text(frame_row(f)) for f in b.frames[len(self._frames_json) : n_frames]
+            )
+            self._stack_parent.extend(b.stack_parent[len(self._stack_parent) : n_stacks])
+            self._stack_frame.extend(b.stack_frame[len(self._stack_frame) : n_stacks])
             tables = {
                 "meta.json": dict(meta, format=FORMAT, version=VERSION, final=final),
                 "threads.json": [thread_row(t) for t in b.threads[:n_threads]],
                 "processes.json": [process_row(process)],
-                "marks.json": [mark_row(m) for m in b.marks[self._first_mark:] if m.thread < n_threads],
+                "marks.json": [mark_row(m) for m in b.marks[self._first_mark :] if m.thread < n_threads],
                 "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
             }
             texts = {"frames.json": "[" + ",".join(self._frames_json) + "]"}
@@ -153,6 +171,7 @@ class PartWriter:
 
 
 # -- the parent's side -------------------------------------------------------------------------
+
 
 def part_files(directory: str) -> list[str]:
     try:

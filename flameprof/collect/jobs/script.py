@@ -32,7 +32,9 @@ def _main_module(file: str | None, spec=None) -> types.ModuleType:
     module = types.ModuleType("__main__")
     module.__file__ = file
     module.__spec__ = spec
-    module.__loader__ = spec.loader if spec is not None else importlib.machinery.SourceFileLoader("__main__", file)
+    module.__loader__ = (
+        spec.loader if spec is not None else importlib.machinery.SourceFileLoader("__main__", file)
+    )
     module.__package__ = spec.parent if spec is not None else None
     module.__builtins__ = __builtins__
     return module
@@ -75,14 +77,21 @@ def module_target(name: str, args: list[str]) -> Target:
     try:
         code = spec.loader.get_code(name)
     except SyntaxError as exc:
-        return Target(None, _main_module(spec.origin, spec), [spec.origin or name] + list(args), os.getcwd(),
-                      f"-m {name}", exc)
+        return Target(
+            None,
+            _main_module(spec.origin, spec),
+            [spec.origin or name] + list(args),
+            os.getcwd(),
+            f"-m {name}",
+            exc,
+        )
     except ImportError as exc:
         raise FlameprofError(f"cannot load module {name}: {exc}") from None
     if code is None:
         raise FlameprofError(f"module {name} has no code to run")
-    return Target(code, _main_module(spec.origin, spec), [spec.origin or name] + list(args), os.getcwd(),
-                  f"-m {name}")
+    return Target(
+        code, _main_module(spec.origin, spec), [spec.origin or name] + list(args), os.getcwd(), f"-m {name}"
+    )
 
 
 def install(target: Target) -> None:
@@ -109,4 +118,3 @@ def print_target_exception(exc: BaseException, target: Target) -> None:
         tb = tb.tb_next
     # the hook prints exc.__traceback__ when set, so trim it there
     sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-

@@ -51,7 +51,7 @@ class ProcessTree:
             os.environ[name] = env[name]
         child.enable_tree(self.directory, self.rate)
 
-    def collect(self, main: "Profile | None" = None, main_pid: int | None = None) -> "Profile | None":
+    def collect(self, main: Profile | None = None, main_pid: int | None = None) -> Profile | None:
         """Merge ``main`` (this process's own profile, if any) with every part; None when there is nothing.
 
         A corrupt part is skipped and a part left unfinished (its process was killed or hangs) is
@@ -71,8 +71,10 @@ class ProcessTree:
                 continue
             if path in partial and part.processes and not part.meta.get("daemon"):
                 info = part.processes[0]  # (a daemonic child is ended by its parent at exit: no news)
-                warn(f"process {info.pid} ({short_command(info.cmdline)}) did not end cleanly "
-                     f"(killed, or still running); kept the {part.num_samples} samples it had written")
+                warn(
+                    f"process {info.pid} ({short_command(info.cmdline)}) did not end cleanly "
+                    f"(killed, or still running); kept the {part.num_samples} samples it had written"
+                )
             if part.num_samples:
                 profiles.append(part)
         if not profiles:
@@ -81,7 +83,9 @@ class ProcessTree:
         try:
             merged = merge_profiles(profiles, main_pid=main_pid)
         except Exception as exc:  # never lose the main profile to a bad part
-            warn(f"could not merge the other processes' profiles ({exc}); their parts are kept in {self.directory}")
+            warn(
+                f"could not merge the other processes' profiles ({exc}); their parts are kept in {self.directory}"
+            )
             return main
         self.remove()
         return merged

@@ -22,8 +22,8 @@ import dataclasses
 
 import numpy as np
 
-from ...model.profile import Profile
 from ...model.builder import ProfileBuilder
+from ...model.profile import Profile
 
 EVAL_LOOP = "_PyEval_EvalFrameDefault"
 
@@ -33,7 +33,7 @@ def native_tail(perf: Profile, frame_ids: tuple[int, ...]) -> tuple[int, ...]:
     for i in range(len(frame_ids) - 1, -1, -1):
         frame = perf.frames[frame_ids[i]]
         if frame.kind == "python" or frame.name == EVAL_LOOP:
-            return frame_ids[i + 1:]
+            return frame_ids[i + 1 :]
     return frame_ids
 
 
@@ -49,7 +49,9 @@ def _seeded_builder(profile: Profile) -> ProfileBuilder:
     return builder
 
 
-def _assign(profile: Profile, perf: Profile, pid: int, offset: float) -> tuple[dict[int, dict[int, float]], int]:
+def _assign(
+    profile: Profile, perf: Profile, pid: int, offset: float
+) -> tuple[dict[int, dict[int, float]], int]:
     """Python sample index -> {perf stack id: summed period in seconds} of the perf samples in its interval,
     and how many perf samples found a Python sample."""
     threads = {(t.pid, t.tid): i for i, t in enumerate(profile.threads) if t.pid == pid}
@@ -100,7 +102,11 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
             tail = tails[perf_stack] = tuple(mapped)
         return tail
 
-    time, thread, stack = profile.sample_time.tolist(), profile.sample_thread.tolist(), profile.sample_stack.tolist()
+    time, thread, stack = (
+        profile.sample_time.tolist(),
+        profile.sample_thread.tolist(),
+        profile.sample_stack.tolist(),
+    )
     wall, cpu = profile.sample_wall.tolist(), profile.sample_cpu.tolist()
     columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
     grafted = 0
@@ -135,12 +141,26 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
         if own_wall > 0 or own_cpu > 0:
             emit(i, stack[i], own_wall, own_cpu)
 
-    meta = dict(profile.meta, native={"collector": "perf", "event": perf.meta.get("event", ""),
-                                      "perf_samples": perf.num_samples,
-                                      "matched_perf_samples": matched,
-                                      "python_samples_with_native": len(assigned), "native_rows": grafted})
+    meta = dict(
+        profile.meta,
+        native={
+            "collector": "perf",
+            "event": perf.meta.get("event", ""),
+            "perf_samples": perf.num_samples,
+            "matched_perf_samples": matched,
+            "python_samples_with_native": len(assigned),
+            "native_rows": grafted,
+        },
+    )
     return dataclasses.replace(
-        profile, frames=list(builder.frames), stack_parent=np.asarray(builder.stack_parent, dtype=np.int32),
-        stack_frame=np.asarray(builder.stack_frame, dtype=np.int32), sample_time=np.asarray(columns[0]),
-        sample_thread=np.asarray(columns[1]), sample_stack=np.asarray(columns[2]), sample_wall=np.asarray(columns[3]),
-        sample_cpu=np.asarray(columns[4]), meta=meta)
+        profile,
+        frames=list(builder.frames),
+        stack_parent=np.asarray(builder.stack_parent, dtype=np.int32),
+        stack_frame=np.asarray(builder.stack_frame, dtype=np.int32),
+        sample_time=np.asarray(columns[0]),
+        sample_thread=np.asarray(columns[1]),
+        sample_stack=np.asarray(columns[2]),
+        sample_wall=np.asarray(columns[3]),
+        sample_cpu=np.asarray(columns[4]),
+        meta=meta,
+    )

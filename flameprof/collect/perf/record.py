@@ -17,11 +17,12 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
-START_TIMEOUT = 20.0   # seconds perf may take to open its events
-STOP_TIMEOUT = 60.0    # seconds perf may take to write its data after SIGINT
-STACK_BYTES = 16384    # user stack copied per sample: deep enough for PyTorch's dispatcher layers
+START_TIMEOUT = 20.0  # seconds perf may take to open its events
+STOP_TIMEOUT = 60.0  # seconds perf may take to write its data after SIGINT
+STACK_BYTES = 16384  # user stack copied per sample: deep enough for PyTorch's dispatcher layers
 # perf samples per Python sample: cpu-clock fires per period of CPU time, so at the same rate a
 # thread that is on the CPU for part of each interval is often missed (about half the native time
 # under CPU contention); at twice the rate nearly all of it is seen.
@@ -52,7 +53,9 @@ def _why_failed(stderr: str) -> str:
     cause, else perf's own first meaningful line."""
     level = _paranoid()
     if os.geteuid() != 0 and level is not None and level > 2:
-        return f"perf is not permitted (kernel.perf_event_paranoid={level}; set it to 2 or less, or run as root)"
+        return (
+            f"perf is not permitted (kernel.perf_event_paranoid={level}; set it to 2 or less, or run as root)"
+        )
     lines = [line.strip() for line in stderr.splitlines() if line.strip() and line.strip() != "Error:"]
     return f"perf could not record: {lines[0] if lines else 'it exited without a message'}"
 
@@ -64,7 +67,7 @@ class PerfRecording:
     def __init__(self, pid: int, rate: float) -> None:
         self.pid = pid
         self.rate = rate
-        self._dir = tempfile.mkdtemp(prefix="flameprof-perf-")   # mode 0700
+        self._dir = tempfile.mkdtemp(prefix="flameprof-perf-")  # mode 0700
         self.data = os.path.join(self._dir, "perf.data")
         self._proc: subprocess.Popen | None = None
 
@@ -76,15 +79,41 @@ class PerfRecording:
             raise PerfUnavailable("perf is not installed (linux-perf / linux-tools package)")
         ctl, ack = os.path.join(self._dir, "ctl"), os.path.join(self._dir, "ack")
         event = "cpu-clock" if _kernel_allowed() else "cpu-clock:u"
-        cmd = [perf, "record", "-q", "-B", "-N", "-e", event, "-F", str(max(1, round(self.rate * RATE_FACTOR))),
-               "--call-graph", f"dwarf,{STACK_BYTES}", "-k", "CLOCK_MONOTONIC", "-D", "-1",
-               "--control", f"fifo:{ctl},{ack}", "-p", str(self.pid), "-o", self.data]
+        cmd = [
+            perf,
+            "record",
+            "-q",
+            "-B",
+            "-N",
+            "-e",
+            event,
+            "-F",
+            str(max(1, round(self.rate * RATE_FACTOR))),
+            "--call-graph",
+            f"dwarf,{STACK_BYTES}",
+            "-k",
+            "CLOCK_MONOTONIC",
+            "-D",
+            "-1",
+            "--control",
+            f"fifo:{ctl},{ack}",
+            "-p",
+            str(self.pid),
+            "-o",
+            self.data,
+        ]
         err = open(os.path.join(self._dir, "stderr"), "w+")
         try:
             os.mkfifo(ctl, 0o600)
             os.mkfifo(ack, 0o600)
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                          start_new_session=True, close_fds=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
             self._enable(ctl, ack)
         except (OSError, PerfUnavailable) as exc:
             err.seek(0)
@@ -106,14 +135,14 @@ class PerfRecording:
                 try:
                     ctl_fd = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
                     break
-                except OSError:   # ENXIO: perf has not opened its end yet
+                except OSError:  # ENXIO: perf has not opened its end yet
                     self._check_alive(deadline)
                     time.sleep(0.01)
             try:
                 os.write(ctl_fd, b"enable\n")
                 while not (select.select([ack_fd], [], [], 0.05)[0] and os.read(ack_fd, 64)):
                     self._check_alive(deadline)
-                    time.sleep(0.005)   # a FIFO without its writer yet reads as EOF at once
+                    time.sleep(0.005)  # a FIFO without its writer yet reads as EOF at once
             finally:
                 os.close(ctl_fd)
         finally:
@@ -146,9 +175,23 @@ class PerfRecording:
         from ..importers.perf_script import read_chunks
 
         perf = shutil.which("perf") or "perf"
-        proc = subprocess.Popen([perf, "script", "--no-inline", "--ns", "-F", SCRIPT_FIELDS, "--pid", str(self.pid),
-                                 "-i", self.data], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                perf,
+                "script",
+                "--no-inline",
+                "--ns",
+                "-F",
+                SCRIPT_FIELDS,
+                "--pid",
+                str(self.pid),
+                "-i",
+                self.data,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         stdout: IO[bytes] = proc.stdout  # type: ignore[assignment]
         with stdout:
             yield from read_chunks(stdout)

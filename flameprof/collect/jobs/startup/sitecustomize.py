@@ -14,7 +14,9 @@ import sys
 def _flameprof_start(here: str) -> None:
     if not os.environ.get("FLAMEPROF_CHILD_DIR"):
         return
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))  # above flameprof/collect/jobs/startup
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    )  # above flameprof/collect/jobs/startup
     sys.path.insert(0, root)  # import the flameprof that set this up, whatever this interpreter has
     try:
         from flameprof.collect.jobs.child import start_from_environment
@@ -39,8 +41,10 @@ def _run_hidden_sitecustomize(here: str) -> None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # as site.py reports a failing sitecustomize
-        print(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(
+            f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
 
 
 def _bootstrap() -> None:
