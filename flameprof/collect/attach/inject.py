@@ -25,8 +25,8 @@ import os
 import select
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from ...errors import FlameprofError, InjectUnavailable
 from ...model import storage
@@ -40,16 +40,22 @@ from .gdb import run_gdb, try_gdb, try_gdb_late
 from .target import TargetProcess, alive, sees_paths
 from .watch import WATCH_INTERVAL, ChildWatcher, part_pid
 
-CONNECT_TIMEOUT = 10.0   # the main thread must reach a safe point (run a bytecode) within this
-START_TIMEOUT = 60.0     # the agent imports flameprof in the target
+CONNECT_TIMEOUT = 10.0  # the main thread must reach a safe point (run a bytecode) within this
+START_TIMEOUT = 60.0  # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
-FOLLOWED_GRACE = 3.0     # seconds for followed children to write their final part after the detach
+FOLLOWED_GRACE = 3.0  # seconds for followed children to write their final part after the detach
 LIVENESS_INTERVAL = 0.5  # seconds between checks that a process whose agent is silent still runs
 
 
-def record(target: TargetProcess, duration: float | None, rate: float,
-           note: Callable[[str], None] = lambda text: None, children: list[TargetProcess] = (),
-           backward_layers: bool = False, follow_forks: bool = False) -> "Profile":
+def record(
+    target: TargetProcess,
+    duration: float | None,
+    rate: float,
+    note: Callable[[str], None] = lambda text: None,
+    children: list[TargetProcess] = (),
+    backward_layers: bool = False,
+    follow_forks: bool = False,
+) -> Profile:
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
     injected agent; several processes come back as one merged profile. With ``follow_forks`` the
     children that the profiled processes fork meanwhile are profiled too, and other Python
@@ -63,8 +69,10 @@ def record(target: TargetProcess, duration: float | None, rate: float,
         raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
     with Channel([target, *children]) as channel:
         paths = (channel.path, package_dir())
-        elsewhere = ("it sees other files (a container, or a private /tmp), without flameprof or the channel "
-                     f"directory {channel.path}")
+        elsewhere = (
+            "it sees other files (a container, or a private /tmp), without flameprof or the channel "
+            f"directory {channel.path}"
+        )
         if not sees_paths(target.pid, paths):
             raise InjectUnavailable(elsewhere)
         known = {target.pid, *(c.pid for c in children)}
@@ -89,12 +97,25 @@ def record(target: TargetProcess, duration: float | None, rate: float,
             channel.pids.add(child.pid)
             by_pid[child.pid] = child
 
-        watcher = ChildWatcher(target.pid, known, channel.path, paths, lambda child: try_gdb_late(gdb, child, payload),
-                               admit, note) if follow_forks else None
+        watcher = (
+            ChildWatcher(
+                target.pid,
+                known,
+                channel.path,
+                paths,
+                lambda child: try_gdb_late(gdb, child, payload),
+                admit,
+                note,
+            )
+            if follow_forks
+            else None
+        )
         try:
             others = f" and {len(injected) - 1} child process(es)" if len(injected) > 1 else ""
-            note(f"profiling process {target.pid}{others} (Python {target.version_text}) "
-                 + (f"for {duration:g} s" if duration else "until Ctrl-C"))
+            note(
+                f"profiling process {target.pid}{others} (Python {target.version_text}) "
+                + (f"for {duration:g} s" if duration else "until Ctrl-C")
+            )
             try:
                 _wait(channel, remotes, by_pid, config, duration, watcher)
             finally:
@@ -103,7 +124,9 @@ def record(target: TargetProcess, duration: float | None, rate: float,
             _stop(remotes)
             for child in injected[1:]:
                 if child.pid not in channel.accepted:
-                    note(f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}")
+                    note(
+                        f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}"
+                    )
             profiles = [p for p in (_collect(channel, r, note) for r in remotes) if p is not None]
             if follow_forks:
                 profiles += _collect_followed(channel, {r.target.pid for r in remotes}, note)
@@ -117,8 +140,9 @@ def record(target: TargetProcess, duration: float | None, rate: float,
     return merged
 
 
-def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, config: dict,
-            timeout: float) -> Remote | None:
+def _accept(
+    channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, config: dict, timeout: float
+) -> Remote | None:
     """The next agent to connect, configured; None after ``timeout`` seconds."""
     got = channel.accept(timeout)
     if got is None:
@@ -129,8 +153,9 @@ def _accept(channel: Channel, by_pid: dict[int, TargetProcess], main_pid: int, c
 
 
 def _start(channel: Channel, injected: list[TargetProcess], config: dict) -> list[Remote]:
-    """Wait for the main process's agent to sample (children that connect meanwhile are kept;
-    later ones are accepted while waiting). The main process's remote comes first."""
+    """Wait for the main process's agent to sample and, within the same CONNECT_TIMEOUT, for the
+    injected children's agents to connect (one still missing then may join during the attach).
+    The main process's remote comes first."""
     main = injected[0]
     by_pid = {t.pid: t for t in injected}
     remotes: list[Remote] = []
@@ -145,6 +170,18 @@ def _start(channel: Channel, injected: list[TargetProcess], config: dict) -> lis
             for other in remotes:
                 other.conn.close()  # their agents stop at the end of file
             raise _not_started(channel, main, f"for {CONNECT_TIMEOUT:.0f} s")
+    # The children's agents import flameprof beside a busy main thread and may connect late: the
+    # duration starts once every injected process that still runs Python has connected.
+    pending = set(by_pid) - {r.target.pid for r in remotes}
+    while pending and time.monotonic() < deadline:
+        remote = _accept(channel, by_pid, main.pid, config, min(0.2, max(0.0, deadline - time.monotonic())))
+        if remote is not None:
+            remotes.append(remote)
+        pending = {
+            pid
+            for pid in pending - {r.target.pid for r in remotes}
+            if alive(pid) and not channel.read_private(f"{BOOTSTRAP_ERROR}-{pid}", 1)
+        }
     remotes.sort(key=lambda r: not r.main)
     event = remotes[0].events.next(START_TIMEOUT) or {}
     if event.get("event") == "error":
@@ -160,15 +197,25 @@ def _not_started(channel: Channel, target: TargetProcess, waited: str) -> Flamep
     """Why the agent of ``target`` never connected, after waiting ``waited``."""
     failure = channel.read_private(f"{BOOTSTRAP_ERROR}-{target.pid}", 300)
     if failure:
-        return InjectUnavailable("the agent failed to load in the process: " + failure.decode("utf-8", "replace"))
+        return InjectUnavailable(
+            "the agent failed to load in the process: " + failure.decode("utf-8", "replace")
+        )
     if not alive(target.pid):
         return FlameprofError(f"process {target.pid} exited before profiling started")
-    return InjectUnavailable(f"the process's main thread ran no Python code {waited} (blocked in a long call), "
-                             "so the agent could not start")
+    return InjectUnavailable(
+        f"the process's main thread ran no Python code {waited} (blocked in a long call), "
+        "so the agent could not start"
+    )
 
 
-def _wait(channel: Channel, remotes: list[Remote], by_pid: dict[int, TargetProcess], config: dict,
-          duration: float | None, watcher: ChildWatcher | None) -> None:
+def _wait(
+    channel: Channel,
+    remotes: list[Remote],
+    by_pid: dict[int, TargetProcess],
+    config: dict,
+    duration: float | None,
+    watcher: ChildWatcher | None,
+) -> None:
     """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
     accepting the agents of children that connect meanwhile, and letting ``watcher`` look for new ones."""
     deadline = None if duration is None else time.monotonic() + duration
@@ -179,7 +226,11 @@ def _wait(channel: Channel, remotes: list[Remote], by_pid: dict[int, TargetProce
                 watcher.poll()
             live = [r for r in remotes if r.result is None]
             waiting = [channel.server] if len(channel.accepted) < len(by_pid) else []
-            left = LIVENESS_INTERVAL if deadline is None else max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic()))
+            left = (
+                LIVENESS_INTERVAL
+                if deadline is None
+                else max(0.0, min(LIVENESS_INTERVAL, deadline - time.monotonic()))
+            )
             if watcher is not None:
                 left = min(left, WATCH_INTERVAL)
             ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
@@ -210,7 +261,7 @@ def _stop(remotes: list[Remote]) -> None:
             remote.settle_if_gone()
 
 
-def _collect(channel: Channel, remote: Remote, note: Callable[[str], None]) -> "Profile | None":
+def _collect(channel: Channel, remote: Remote, note: Callable[[str], None]) -> Profile | None:
     """The profile one agent handed back (or, if its process was killed, what it wrote last)."""
     pid = remote.target.pid
     result = remote.result or {}
@@ -230,8 +281,10 @@ def _collect(channel: Channel, remote: Remote, note: Callable[[str], None]) -> "
         except FlameprofError as exc:
             message = str(exc)
         else:
-            note(f"process {pid} ended abruptly during the attach; saved the samples up to its last "
-                 f"flush (every {FLUSH_INTERVAL:g} s)")
+            note(
+                f"process {pid} ended abruptly during the attach; saved the samples up to its last "
+                f"flush (every {FLUSH_INTERVAL:g} s)"
+            )
             return profile
     remote.fail(message, note)
     return None
@@ -247,7 +300,7 @@ def _ended(pid: int, wait: float = 1.0) -> bool:
     return True
 
 
-def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list["Profile"]:
+def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str], None]) -> list[Profile]:
     """The profiles of the children forked during the attach: each wrote its own part (see
     ``agent.py``); a child still profiling after the grace keeps what it had written."""
     mark_detached(channel.path)  # the agent did, unless its process ended abruptly
@@ -264,7 +317,9 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
             note(f"leaving out child process {pid}: {exc}")
             continue
         if path in partial:
-            note(f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written")
+            note(
+                f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written"
+            )
         detach = [t.tid for t in profile.threads if t.pid == pid and t.name == DETACH_THREAD]
         if detach:  # sampled once, as stopping the child's sampler takes a last sample
             profile = profile.without_thread(pid, detach[0])
@@ -274,7 +329,7 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
     return profiles
 
 
-def _load(channel: Channel, target: TargetProcess, missing: str = "") -> "Profile":
+def _load(channel: Channel, target: TargetProcess, missing: str = "") -> Profile:
     """The part the agent wrote, without the agent's own thread (idle in a read)."""
     name = f"-{target.pid}.flameprof"
     paths = [p for p in part_files(channel.path) if p.endswith(name)]
