@@ -11,9 +11,10 @@
  *   one holds the GIL, the clock asks it to let the GIL go at its next bytecode boundary and
  *   samples while holding the GIL's mutex with the GIL free, so that the sample shows every thread
  *   where it was at the tick (flameprof_gil_freeze(); sampler.c, sample_frozen()).
- * - the GIL switch interval (3.12), which the clock lowers for its own wait (see acquire_gil()
+ * - the GIL switch interval (3.12+), which the clock lowers for its own wait (see acquire_gil()
  *   in sampler.c): 3.12's _PyEval_SetSwitchInterval() finds the interpreter through the calling
- *   thread's current thread state, which a thread waiting for the GIL does not have.
+ *   thread's current thread state, which a thread waiting for the GIL does not have, and 3.13
+ *   keeps it internal.
  * - a thread's interpreter frames (3.11+), walked in place: PyThreadState_GetFrame() and
  *   PyFrame_GetBack() make a frame object for every frame that has none, which in a training loop
  *   (new frames every step) was a few allocations per sample, and a deallocation the program paid
@@ -192,13 +193,14 @@ flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main)
         _Py_atomic_store_relaxed(&interp->ceval.eval_breaker, 1);
 }
 
+#endif
+
 #if PY_VERSION_HEX >= 0x030C0000
 unsigned long *
 flameprof_switch_interval_slot(PyInterpreterState *interp)
 {
-    return &interp->ceval.gil->interval;
+    return &gil_of(interp)->interval;
 }
-#endif
 #endif
 
 #if PY_VERSION_HEX < 0x030B0000

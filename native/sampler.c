@@ -1076,12 +1076,13 @@ pending_sample(void *unused)
     return 0;
 }
 
-/* Before 3.13 a thread waiting for the GIL asks the holder to let go only after the switch
- * interval (5 ms by default), longer than a tick at high rates. The clock thread lowers it for its
- * own wait only and gives the program's value back once it has the GIL: the program's threads keep
- * their own switching (lowering it for the whole run made every thread switch every few dozen
- * microseconds, which starved a collection that ran finalizers until garbage piled up). */
-#define LOWER_PER_WAIT (PY_VERSION_HEX < 0x030D0000)
+/* A thread waiting for the GIL asks the holder to let go only after the switch interval (5 ms by
+ * default), longer than a tick at high rates, and with several threads computing it may lose the
+ * handoff to one of them several times over (3.13, three spinning threads on a loaded machine: no
+ * tick for 80 ms). The clock thread lowers it for its own wait only and gives the program's value
+ * back once it has the GIL: the program's threads keep their own switching (lowering it for the
+ * whole run made every thread switch every few dozen microseconds, which starved a collection that
+ * ran finalizers until garbage piled up). */
 
 #define HOOK_SWITCH_INTERVAL 50  /* microseconds, while the clock thread runs the tick hooks */
 
@@ -1127,15 +1128,14 @@ give_back_switch_interval(void)
     clk.lowered_from = 0;
 }
 
-#if LOWER_PER_WAIT
-
 #if PY_VERSION_HEX >= 0x030C0000
 unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* interp_internals.c */
 #endif
 
 /* The interval, or set it when ``set`` is not 0, from a thread without the GIL: 3.10 and 3.11 keep
- * it process-wide; 3.12 per interpreter, reached through the calling thread's current thread state,
- * which the clock thread does not have while it waits (interp_internals.c finds the field). */
+ * it process-wide; 3.12+ per interpreter, which 3.12's setter reaches through the calling thread's
+ * current thread state (the clock thread has none while it waits) and 3.13 keeps internal
+ * (interp_internals.c finds the field). */
 static unsigned long
 switch_interval(PyThreadState *ts, unsigned long set)
 {
@@ -1150,12 +1150,10 @@ switch_interval(PyThreadState *ts, unsigned long set)
     return _PyEval_GetSwitchInterval();
 #endif
 }
-#endif
 
 static void
 acquire_gil(PyThreadState *ts)
 {
-#if LOWER_PER_WAIT
     unsigned long saved = switch_interval(ts, 0), quick = quick_switch_interval();
     if (quick < saved) {
         clk.lowered_from = saved;
@@ -1163,9 +1161,6 @@ acquire_gil(PyThreadState *ts)
     }
     PyEval_RestoreThread(ts);  /* at interpreter shutdown this ends the thread */
     give_back_switch_interval();
-#else
-    PyEval_RestoreThread(ts);
-#endif
 }
 
 /* Take tick ``seq``'s sample, stamped ``tick``, with the interpreter frozen, if it can be frozen
