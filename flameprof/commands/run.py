@@ -3,7 +3,9 @@ command (``flameprof run -- torchrun ...``) as a child process.
 
 The target keeps its own output, exit code and signals. The profile is written from an atexit
 handler registered before the target runs (so it runs last, after the target's own handlers and
-after non-daemon threads end), and directly before re-raising a fatal signal. Unless
+after non-daemon threads end), from ``os._exit``, and after an unhandled Ctrl-C. Every other signal
+keeps its default action and ends the process as it would without flameprof: then a watcher
+process (run_rescue.py) writes the profile from the part this process flushes every second. Unless
 ``--no-subprocesses``, every Python process the target starts is profiled too (collect/jobs/tree.py)
 and merged into the one profile. ``--native`` records ``perf`` beside the sampler
 (collect/perf/record.py) and grafts its native stacks under the Python frames (collect/perf/merge.py);
@@ -21,6 +23,7 @@ import sys
 from ..collect.jobs import script
 from ..errors import FlameprofError
 from .options import add_render_options, output_options, positive_rate
+from .run_rescue import mark_finishing, start_watcher
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,20 +83,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="what to run, then its arguments",
     )
     p.set_defaults(func=run)
-
-
-class _Terminated(BaseException):
-    """Raised in the main thread by our SIGTERM handler so the profile can be saved first."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated()
-
-
-def _default_sigterm_in_child() -> None:
-    """A forked child of the target must not inherit the handler that saves the target's profile."""
-    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _check_phase_rules(rules: list[str]) -> None:
@@ -201,32 +190,38 @@ def run(args: argparse.Namespace) -> int:
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
 
+    from ..collect.jobs import child
+    from ..collect.jobs.tree import ProcessTree
     from ..profiler import SESSION, Profiler
 
+    # The parts directory holds this process's own part too: the profile so far, flushed every
+    # second or so, is what the watcher writes out when a signal ends the program.
+    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
+    main_pid = os.getpid()
+    start_watcher(main_pid, tree.directory, lambda profile: _write_profile(profile, outdir, options, args))
     native = _start_native(args.rate) if args.native else None  # before sampling: perf takes a while to start
     profiler = Profiler(outdir, rate=args.rate, mode=args.mode, backward_layers=args.backward_layers)
     state = {"signal": None, "saved": False}
-    main_pid = os.getpid()
-    tree = None
     if args.subprocesses:
-        from ..collect.jobs.tree import ProcessTree
-
-        tree = ProcessTree(outdir, args.rate)
         tree.profile_children_of_this_process()
 
     def finish() -> None:
         if state["saved"] or os.getpid() != main_pid:  # a forked child inherits this atexit handler
             return
         state["saved"] = True
+        mark_finishing(tree.directory)
         try:
             profile = profiler.stop()
         except Exception as exc:
             sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
         else:
+            child.discard_this_process()
             if native is not None:
                 profile = _add_native(native, profile, clock_zero)
-            if tree is not None:
+            if args.subprocesses:
                 profile = tree.collect(profile)
+            else:  # nothing to merge: only this process's part, just removed
+                tree.remove()
             _write_profile(profile, outdir, options, args)
         if state["signal"] is not None:
             sys.stdout.flush()
@@ -234,22 +229,25 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(state["signal"], signal.SIG_DFL)
             os.kill(os.getpid(), state["signal"])
 
+    real_exit = os._exit
+
+    def exit_after_profile(status: int) -> None:
+        """``os._exit`` in the program: atexit does not run, so the profile is written here."""
+        finish()
+        real_exit(status)
+
     atexit.register(finish)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        os.register_at_fork(after_in_child=_default_sigterm_in_child)
     script.install(target)
     profiler.start()
     assert SESSION.sampler is not None
+    child.record_this_process(tree.directory)
+    os._exit = exit_after_profile
     clock_zero = SESSION.sampler.t0  # perf_counter reading of the profile's time 0
     SESSION.sampler.boundary_codes.add(script.exec_target.__code__)
     try:
         script.exec_target(target)
     except SystemExit:
         raise
-    except _Terminated:
-        state["signal"] = signal.SIGTERM
-        finish()
     except KeyboardInterrupt as exc:
         script.print_target_exception(exc, target)
         state["signal"] = signal.SIGINT

@@ -4,9 +4,9 @@
 started with it (through the ``startup/sitecustomize.py`` on its path) starts the sampler before
 its own code runs; a process forked from a profiled one restarts the sampler in the child
 (``os.register_at_fork``: the sampling thread does not survive a fork). Either way the process then
-writes its samples to its own part file: every second or so from the sampler's tick, so a killed
-process still leaves most of them, and once more when it ends, from ``atexit`` or from ``os._exit``
-(which skips ``atexit``, and is how forked ``multiprocessing`` children end).
+writes its samples to its own part file: every second or so from the sampler's tick, so a process
+that a signal ends still leaves most of them, and once more when it ends, from ``atexit`` or from
+``os._exit`` (which skips ``atexit``, and is how forked ``multiprocessing`` children end).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import os
 import shlex
-import signal
 import socket
 import sys
 import tempfile
@@ -116,7 +115,7 @@ def start_from_environment() -> None:
         os.environ[ENV_RANK_PID] = str(os.getpid())
 
     SESSION.acquire(rate)
-    _start_recorder(directory)
+    record_this_process(directory)
 
 
 def forget_environment(env) -> None:
@@ -262,33 +261,29 @@ def _tick() -> None:
         recorder.tick()
 
 
-def _start_recorder(directory: str, forked_from: int = 0) -> None:
+def record_this_process(directory: str, forked_from: int = 0) -> None:
+    """Flush this process's samples to its part in ``directory`` every second or so, and once more
+    at its end (``run``'s own process uses the part only when a signal ends it).
 
+    The program's signal handlers stay its own: a signal that ends the process (SIGTERM, SIGKILL)
+    leaves the part of the last flush."""
     _TREE.recorder = _Recorder(directory, forked_from)
     hooks = SESSION.sampler.tick_hooks
     if _tick not in hooks:
         hooks.append(_tick)
-    _flush_on_sigterm()
 
 
-def _flush_on_sigterm() -> None:
-    """Write the final part when SIGTERM ends this process, then end by SIGTERM all the same.
-
-    Only where SIGTERM still has its default action (or a handler flameprof inherited from its
-    parent): that is how ``multiprocessing`` ends daemonic children at exit, e.g. persistent
-    DataLoader workers, which would otherwise lose their last second of samples.
-    """
-    if threading.current_thread() is not threading.main_thread():
+def discard_this_process() -> None:
+    """Stop flushing this process's part and remove it (``run`` writes this process's profile itself)."""
+    recorder = _TREE.recorder
+    if recorder is None or recorder.pid != os.getpid():
         return
-    current = signal.getsignal(signal.SIGTERM)
-    if current == signal.SIG_DFL or getattr(current, "__module__", "").startswith("flameprof."):
-        signal.signal(signal.SIGTERM, _flush_then_die)
-
-
-def _flush_then_die(signum: int, frame: object) -> None:
-    _finish_recorder()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+    recorder.finished = True
+    with recorder.writer.lock:  # a flush in progress on the sampler's thread ends first
+        try:
+            os.unlink(recorder.writer.path)
+        except OSError:
+            pass
 
 
 def _finish_recorder() -> None:
@@ -332,7 +327,7 @@ def _after_fork_in_child() -> None:
             sampler.tick_hooks[:] = [
                 SESSION.counters.tick if h == old.tick else h for h in sampler.tick_hooks
             ]
-        _start_recorder(_TREE.directory, parent)
+        record_this_process(_TREE.directory, parent)
         sampler.start()
     except Exception:  # the child runs on unprofiled rather than fail
         pass

@@ -1,41 +1,98 @@
 """Runs any command as a child process, passing its outcome through: exit code, or the signal that ended it.
 
-The terminal sends Ctrl-C to the whole foreground process group, so the child gets SIGINT by
-itself and the parent ignores it while it waits; SIGTERM, SIGHUP and SIGQUIT sent to the parent
-are forwarded to the child.
+Signals reach the child as if flameprof were not there. With a terminal, the child stays in
+flameprof's process group, which holds the terminal: Ctrl-C and Ctrl-\\ reach it by themselves,
+so only the signals no terminal sends are forwarded. Without one (a batch job, CI, nohup), the
+child gets a process group of its own, so a signal sent to flameprof's group reaches flameprof
+alone and is forwarded once. When flameprof is killed the child is killed too (the parent-death
+signal), and the parts written so far stay in the output directory.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 
 from ...errors import FlameprofError
 
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)  # the keyboard's: sent to the foreground group
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    *TERMINAL_SIGNALS,
+)
+_PR_SET_PDEATHSIG = 1
+
+
+def _in_foreground() -> bool:
+    """Whether this process's group holds its controlling terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _die_with_parent(own_group: bool):
+    """The child's set-up between fork and exec: killed when flameprof dies, maybe in its own group."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        prctl = None
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if own_group:
+            os.setpgid(0, 0)
+
+    return setup
 
 
 def run_command(argv: list[str], env: dict) -> tuple[int, int]:
     """Run ``argv`` with ``env`` until it ends; returns (pid, returncode) (negative: killed by that signal)."""
-    try:
-        child = subprocess.Popen(argv, env=env)
-    except FileNotFoundError:
-        raise FlameprofError(f"command not found: {argv[0]}") from None
-    except PermissionError:
-        raise FlameprofError(f"cannot execute {argv[0]}: permission denied") from None
-    except OSError as exc:
-        raise FlameprofError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    terminal = _in_foreground()
+    forwarded = [s for s in FORWARDED if not (terminal and s in TERMINAL_SIGNALS)]
+    pending: list[int] = []
+    child: subprocess.Popen | None = None
 
     def forward(signum: int, frame: object) -> None:
+        if child is None:
+            pending.append(signum)  # arrived while the child was starting
+            return
         try:
             child.send_signal(signum)
         except OSError:
             pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    if terminal:
+        for sig in TERMINAL_SIGNALS:
+            previous[sig] = signal.signal(sig, signal.SIG_IGN)
     try:
+        try:
+            child = subprocess.Popen(
+                argv, env=env, preexec_fn=_die_with_parent(own_group=not terminal), restore_signals=True
+            )
+        except FileNotFoundError:
+            raise FlameprofError(f"command not found: {argv[0]}") from None
+        except PermissionError:
+            raise FlameprofError(f"cannot execute {argv[0]}: permission denied") from None
+        except OSError as exc:
+            raise FlameprofError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+        for signum in pending:
+            forward(signum, None)
         returncode = child.wait()
     finally:
         for sig, handler in previous.items():
@@ -47,7 +104,13 @@ def exit_like(returncode: int) -> int:
     """End this process as the child ended: by the same signal, or return the exit code to use."""
     if returncode < 0:
         signum = -returncode
-        signal.signal(signum, signal.SIG_DFL)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL and SIGSTOP keep their action: nothing to reset
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
         os.kill(os.getpid(), signum)
-        return 128 + signum  # the signal is ignored or blocked here: report it as a shell would
+        return 128 + signum  # the signal is ignored here (SIGCHLD, SIGWINCH): report it as a shell would
     return returncode

@@ -57,7 +57,7 @@ def script_target(path: str, args: list[str]) -> Target:
     full = os.path.abspath(path)
     module = _main_module(full)
     try:
-        code, error = compile(source, path, "exec", dont_inherit=True), None
+        code, error = compile(source, full, "exec", dont_inherit=True), None  # as python: the full path
     except (SyntaxError, ValueError) as exc:  # the target's own error: reported as Python would
         code, error = None, exc if isinstance(exc, SyntaxError) else SyntaxError(str(exc))
     return Target(code, module, [path] + list(args), os.path.dirname(full), path, error)

@@ -33,6 +33,15 @@ class ProcessTree:
         self.rate = rate
         self.whole_tree = whole_tree
 
+    @classmethod
+    def existing(cls, directory: str) -> ProcessTree:
+        """The tree of a parts directory that another process made (to collect what it left)."""
+        tree = cls.__new__(cls)
+        tree.directory = directory
+        tree.rate = 0.0
+        tree.whole_tree = True
+        return tree
+
     def environment(self, base: dict | os._Environ) -> dict:
         """``base`` plus what makes a Python process started with it profile itself into this tree."""
         env = dict(base)

@@ -1,0 +1,170 @@
+"""Signals end a profiled program exactly as they end it without flameprof, and leave its profile.
+
+Each case runs the same program three ways: plain ``python``, ``flameprof run`` (the program in
+flameprof's own process) and ``flameprof run -- python`` (the program as flameprof's child); sends
+one signal to the program, to flameprof, or to the whole process group; and compares what the
+program printed, its stderr (flameprof's own lines aside) and the exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import REPO, flameprof_cmd
+
+PROGRAM = """\
+import atexit, os, signal, sys, time
+names = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT")
+print("handlers", [str(signal.getsignal(getattr(signal, n))) for n in names], flush=True)
+atexit.register(lambda: print("atexit", flush=True))
+
+def work():
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        sum(range(2000))
+        time.sleep(0.005)
+
+try:
+    print("ready", os.getpid(), flush=True)
+    work()
+finally:
+    print("finally", flush=True)
+"""
+
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGKILL")
+WAIT_BEFORE_SIGNAL = 1.4  # past the first flush of the program's part (one a second)
+
+
+def run_case(tmp_path, way: str, signame: str, receiver: str) -> dict:
+    """Run the program ``way``, send ``signame`` to ``receiver`` once it is ready, and collect."""
+    case = tmp_path / f"{way}-{signame}-{receiver}"
+    case.mkdir()
+    (case / "prog.py").write_text(PROGRAM)
+    argv = {
+        "plain": [sys.executable, "prog.py"],
+        "script": flameprof_cmd("run", "-q", "-o", "out", "prog.py"),
+        "command": flameprof_cmd("run", "-q", "-o", "out", "--", sys.executable, "prog.py"),
+    }[way]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    # a session of its own: no terminal, and a process group to signal as a whole
+    proc = subprocess.Popen(
+        argv, cwd=case, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    lines = [proc.stdout.readline().decode(), proc.stdout.readline().decode()]
+    program_pid = int(lines[1].split()[1])
+    time.sleep(WAIT_BEFORE_SIGNAL)
+    signum = getattr(signal, signame)
+    if receiver == "group":
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(program_pid if receiver == "program" else proc.pid, signum)
+    out, err = proc.communicate(timeout=60)
+    stdout = "".join(lines) + out.decode()
+    stderr = [  # tracebacks name the program by its full path, which differs per case
+        line.replace(str(program_pid), "PID").replace(str(case), "CASE")
+        for line in err.decode().splitlines()
+        if line and not line.startswith("flameprof:")
+    ]
+    return {
+        "stdout": stdout.replace(str(program_pid), "PID"),
+        "stderr": stderr,
+        "status": proc.returncode,
+        "dir": case,
+    }
+
+
+def cases():
+    for signame in SIGNALS:
+        for receiver in ("program", "group"):
+            yield ("plain", signame, receiver)
+            yield ("script", signame, receiver)
+            yield ("command", signame, receiver)
+        yield ("command", signame, "flameprof")
+
+
+def samples_left(case_dir) -> int:
+    """The samples of the profile the run left: its outputs, or else the parts in the output directory."""
+    sys.path.insert(0, REPO)
+    from flameprof.model import storage
+
+    out = case_dir / "out"
+    if (out / "profile.flameprof").exists():
+        return storage.load(str(out / "profile.flameprof")).num_samples
+    parts = list(out.glob(".flameprof-parts-*/*.flameprof"))
+    return sum(storage.load(str(p)).num_samples for p in parts)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("signals")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {key: pool.submit(run_case, tmp_path, *key) for key in cases()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+@pytest.mark.parametrize("signame", SIGNALS)
+@pytest.mark.parametrize(
+    ("way", "receiver", "plain_receiver"),
+    [
+        ("script", "program", "program"),
+        ("script", "group", "group"),
+        ("command", "program", "program"),
+        ("command", "flameprof", "program"),
+        ("command", "group", "group"),
+    ],
+)
+def test_the_signal_ends_the_program_as_without_flameprof(results, signame, way, receiver, plain_receiver):
+    plain = results[("plain", signame, plain_receiver)]
+    profiled = results[(way, signame, receiver)]
+    assert profiled["stdout"] == plain["stdout"]
+    assert profiled["stderr"] == plain["stderr"]
+    assert profiled["status"] == plain["status"] == -getattr(signal, signame)
+
+
+@pytest.mark.parametrize("signame", SIGNALS)
+@pytest.mark.parametrize(
+    ("way", "receiver"),
+    [("script", "program"), ("script", "group"), ("command", "program"), ("command", "flameprof")],
+)
+def test_the_profile_so_far_is_left(results, signame, way, receiver):
+    """At least the samples of the first flush (the program ran 1.4 s at 100 Hz before the signal)."""
+    assert samples_left(results[(way, signame, receiver)]["dir"]) >= 50
+
+
+def test_os_exit_keeps_the_profile(tmp_path):
+    """``os._exit`` skips atexit: the profile is written from it, in the main process only (a forked
+    child ending by ``os._exit``, as multiprocessing's do, writes its part and nothing else)."""
+    (tmp_path / "prog.py").write_text(
+        "import os, time\n"
+        "end = time.monotonic() + 0.5\n"
+        "while time.monotonic() < end:\n"
+        "    sum(range(1000))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(4)\n"
+        "print('child', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)\n"
+        "os._exit(3)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    plain = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    profiled = subprocess.run(
+        flameprof_cmd("run", "-q", "-o", "out", "prog.py"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert (profiled.returncode, profiled.stdout) == (plain.returncode, plain.stdout) == (3, "child 4\n")
+    assert profiled.stderr == ""
+    sys.path.insert(0, REPO)
+    from flameprof.model import storage
+
+    profile = storage.load(str(tmp_path / "out" / "profile.flameprof"))
+    assert profile.num_samples >= 30 and len({p.pid for p in profile.processes}) == 2
+    assert not list((tmp_path / "out").glob(".flameprof-parts-*"))
