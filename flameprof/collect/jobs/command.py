@@ -61,7 +61,7 @@ def _die_with_parent(own_group: bool):
 
 
 def run_command(argv: list[str], env: dict) -> tuple[int, int]:
-    """Run ``argv`` with ``env`` until it ends; returns (pid, returncode) (negative: killed by that signal)."""
+    """Run ``argv`` with ``env`` to its end: (pid, returncode), negative when a signal ended it."""
     terminal = _in_foreground()
     forwarded = [s for s in FORWARDED if not (terminal and s in TERMINAL_SIGNALS)]
     pending: list[int] = []
