@@ -8,10 +8,12 @@ program printed, its stderr (flameprof's own lines aside) and the exit status.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import termios
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -41,6 +43,13 @@ SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT", "SIGK
 WAIT_BEFORE_SIGNAL = 1.4  # past the first flush of the program's part (one a second)
 
 
+def default_signals() -> None:
+    """In the child before exec: Ctrl-C and Ctrl-\\ as a terminal's program gets them (a shell
+    starts a background job, such as a test run, with both ignored, and ignored stays ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def run_case(tmp_path, way: str, signame: str, receiver: str) -> dict:
     """Run the program ``way``, send ``signame`` to ``receiver`` once it is ready, and collect."""
     case = tmp_path / f"{way}-{signame}-{receiver}"
@@ -54,7 +63,13 @@ def run_case(tmp_path, way: str, signame: str, receiver: str) -> dict:
     env = dict(os.environ, PYTHONPATH=REPO)
     # a session of its own: no terminal, and a process group to signal as a whole
     proc = subprocess.Popen(
-        argv, cwd=case, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        argv,
+        cwd=case,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=default_signals,
     )
     lines = [proc.stdout.readline().decode(), proc.stdout.readline().decode()]
     program_pid = int(lines[1].split()[1])
@@ -168,3 +183,55 @@ def test_os_exit_keeps_the_profile(tmp_path):
     profile = storage.load(str(tmp_path / "out" / "profile.flameprof"))
     assert profile.num_samples >= 30 and len({p.pid for p in profile.processes}) == 2
     assert not list((tmp_path / "out").glob(".flameprof-parts-*"))
+
+
+def run_in_terminal(argv: list[str], cwd) -> tuple[int, list[str]]:
+    """Run ``argv`` on a terminal of its own, press Ctrl-C once it is ready: (status, its lines)."""
+    master, slave = os.openpty()
+
+    def take_the_terminal() -> None:
+        default_signals()
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=take_the_terminal
+    )
+    os.close(slave)
+    output = b""
+    while b"ready" not in output:
+        output += os.read(master, 4096)
+    time.sleep(WAIT_BEFORE_SIGNAL)
+    os.write(master, b"\x03")  # the terminal sends SIGINT to its foreground process group
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: every process on the terminal has closed it
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    status = proc.wait()
+    lines = output.decode().replace(str(proc.pid), "PID").splitlines()
+    return status, [line for line in lines if line and not line.startswith("flameprof:")]
+
+
+@pytest.mark.parametrize("way", ["script", "command"])
+def test_ctrl_c_on_a_terminal_reaches_the_program_once(tmp_path, way):
+    """With a terminal the command's child stays in the terminal's foreground group: Ctrl-C reaches
+    it directly, and flameprof forwards nothing (a second SIGINT would interrupt the finally block)."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    plain = run_in_terminal([sys.executable, "prog.py"], tmp_path)
+    argv = flameprof_cmd(
+        "run", "-q", "-o", "out", *(["prog.py"] if way == "script" else ["--", sys.executable, "prog.py"])
+    )
+    profiled = run_in_terminal(argv, tmp_path)
+    pid_free = [
+        [line.split(" ")[0] if line.startswith("ready") else line for line in lines]
+        for _, lines in (plain, profiled)
+    ]
+    assert pid_free[0] == pid_free[1]
+    assert profiled[0] == plain[0] == -signal.SIGINT
+    assert "KeyboardInterrupt" in pid_free[1]

@@ -44,8 +44,10 @@ def _in_foreground() -> bool:
         os.close(fd)
 
 
-def _die_with_parent(own_group: bool):
-    """The child's set-up between fork and exec: killed when flameprof dies, maybe in its own group."""
+def _child_setup(own_group: bool, ignored_here: list[int]):
+    """The child's set-up between fork and exec: killed when flameprof dies, maybe in its own group,
+    and the signals that flameprof ignores for the child's sake back to their default action (an
+    ignored signal stays ignored across exec)."""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -56,6 +58,8 @@ def _die_with_parent(own_group: bool):
             prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if own_group:
             os.setpgid(0, 0)
+        for signum in ignored_here:
+            signal.signal(signum, signal.SIG_DFL)
 
     return setup
 
@@ -63,7 +67,12 @@ def _die_with_parent(own_group: bool):
 def run_command(argv: list[str], env: dict) -> tuple[int, int]:
     """Run ``argv`` with ``env`` to its end: (pid, returncode), negative when a signal ended it."""
     terminal = _in_foreground()
-    forwarded = [s for s in FORWARDED if not (terminal and s in TERMINAL_SIGNALS)]
+    # a signal ignored here (a shell's background job ignores Ctrl-C) stays ignored, in the child too
+    forwarded = [
+        s
+        for s in FORWARDED
+        if signal.getsignal(s) != signal.SIG_IGN and not (terminal and s in TERMINAL_SIGNALS)
+    ]
     pending: list[int] = []
     child: subprocess.Popen | None = None
 
@@ -77,14 +86,16 @@ def run_command(argv: list[str], env: dict) -> tuple[int, int]:
             pass
 
     previous = {sig: signal.signal(sig, forward) for sig in forwarded}
+    ignored_here = []
     if terminal:
         for sig in TERMINAL_SIGNALS:
             previous[sig] = signal.signal(sig, signal.SIG_IGN)
+            if previous[sig] != signal.SIG_IGN:
+                ignored_here.append(sig)  # for this process only
     try:
         try:
-            child = subprocess.Popen(
-                argv, env=env, preexec_fn=_die_with_parent(own_group=not terminal), restore_signals=True
-            )
+            setup = _child_setup(own_group=not terminal, ignored_here=ignored_here)
+            child = subprocess.Popen(argv, env=env, preexec_fn=setup)
         except FileNotFoundError:
             raise FlameprofError(f"command not found: {argv[0]}") from None
         except PermissionError:
