@@ -305,6 +305,29 @@ def test_run_writes_requested_formats(write_script, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and '<div id="fp-flamegraph"><svg' in page and "spin (" in page
 
 
+def test_format_takes_the_standard_names_and_all(write_script, tmp_path):
+    """Users list svg and folded too; ``all`` writes every format; nothing is written twice."""
+    from flameprof.render.formats import FORMATS
+
+    script = write_script("x.py", "sum(range(100000))\n")
+    out = tmp_path / "out"
+    proc = run_flameprof("run", "-q", "-o", str(out), "--format", "svg,folded,speedscope", script)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        "profile" + FORMATS[n].suffix for n in ("flameprof", "folded", "svg", "speedscope")
+    )
+    all_out = tmp_path / "all"
+    assert run_flameprof("run", "-q", "-o", str(all_out), "--format", "all", script).returncode == 0
+    assert sorted(p.name for p in all_out.iterdir()) == sorted("profile" + f.suffix for f in FORMATS.values())
+    source = all_out / "profile.flameprof"
+    before = source.read_bytes()
+    proc = run_flameprof("render", str(source), "-o", str(all_out / "profile.svg"), "--format", "all")
+    assert proc.returncode == 0, proc.stderr
+    written = [line.split("wrote ")[1].split(" ")[0] for line in proc.stderr.splitlines()]
+    assert len(written) == len(set(written)) == len(FORMATS) - 1  # not the input itself
+    assert source.read_bytes() == before
+
+
 def test_unknown_format_is_one_error_line(write_script):
     proc = run_flameprof("run", "--format", "speedscope,svgz", write_script("x.py", "pass\n"))
     assert_one_error_line(proc, "svgz")

@@ -20,16 +20,18 @@ def positive_rate(text: str) -> float:
 
 
 def export_formats(text: str) -> tuple[str, ...]:
-    from ..render.formats import EXPORTS
+    """Output format names (``all``: every one), in the order given, each once."""
+    from ..render.formats import FORMATS
 
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in EXPORTS]
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FORMATS and n != "all"]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown export format {', '.join(unknown) or repr(text)} "
-            f"(expected a comma-separated list of {', '.join(EXPORTS)})"
+            f"unknown output format {', '.join(unknown) or repr(text)} "
+            f"(expected a comma-separated list of {', '.join(FORMATS)}, or all)"
         )
-    return names
+    expanded = [f for n in names for f in (FORMATS if n == "all" else (n,))]
+    return tuple(dict.fromkeys(expanded))
 
 
 def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu")) -> None:
@@ -63,7 +65,8 @@ def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] =
         type=export_formats,
         default=(),
         metavar="LIST",
-        help="also write these exports, comma-separated: speedscope, chrome, pprof, html",
+        help="also write these formats, comma-separated: speedscope, chrome, pprof, html "
+        "(svg, folded and flameprof are accepted too), or all",
     )
 
 

@@ -51,6 +51,11 @@ def render(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"flameprof: wrote {args.output} ({os.path.getsize(args.output) / 1e3:.0f} kB)", file=sys.stderr)
-    for path in write_formats(rendering, os.path.splitext(args.output)[0], args.formats):
+    base = os.path.splitext(args.output)[0]
+    source = os.path.realpath(args.input)
+    others = tuple(  # neither the file just written nor the input is written again
+        n for n in args.formats if n != fmt.name and os.path.realpath(base + FORMATS[n].suffix) != source
+    )
+    for path in write_formats(rendering, base, others):
         print(f"flameprof: wrote {path}", file=sys.stderr)
     return 0
