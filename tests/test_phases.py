@@ -88,6 +88,41 @@ def test_priority_data_beats_forward_and_backward_beats_forward():
     assert classify(transform, recompute, sync_in_forward) == ["data.fetch", "backward", "sync"]
 
 
+def test_an_optimizers_closure_keeps_the_phases_it_would_have_without_the_optimizer():
+    """Lightning's automatic optimisation and LBFGS run forward and backward inside ``step(closure)``."""
+    lightning = "/venv/lib/python3.11/site-packages/lightning/pytorch/"
+    step = [MODULE, Frame("Adam.step", TORCH + "optim/adam.py", 200)]
+    closure = [
+        *step,
+        Frame("Closure.__call__", lightning + "loops/optimization/automatic.py", 140),
+        Frame("LitModel.training_step", "/work/train.py", 30),
+    ]
+    contextlib = Frame("_GeneratorContextManager.__enter__", "/usr/lib/python3.11/contextlib.py", 132)
+    got = classify(
+        [*step, Frame("_single_tensor_adam", TORCH + "optim/adam.py", 340)],
+        [*step, contextlib],  # the standard library is not a callback
+        closure,  # the step's own code, outside any module call
+        [*closure, CALL, LAYER, LINEAR],
+        [*closure, TENSOR_BACKWARD, ENGINE],
+        [MODULE, CALL, LAYER, LINEAR, *step[1:]],  # an optimizer called from a forward stays one
+    )
+    assert got == ["optimizer", "optimizer", "other", "forward", "backward", "optimizer"]
+
+
+def test_the_import_system_is_never_a_phase():
+    """The first optimizer imports torch._dynamo; a Dataset may import lazily: both are startup."""
+    find = Frame("_find_and_load", "<frozen importlib._bootstrap>", 1349)
+    exec_module = Frame("_LoaderBasics.exec_module", "<frozen importlib._bootstrap_external>", 1020)
+    init = Frame("Optimizer.__init__", TORCH + "optim/optimizer.py", 370)
+    got = classify(
+        [MODULE, init, find, exec_module, Frame("<module>", TORCH + "_dynamo/__init__.py", 1)],
+        [MODULE, NEXT, SINGLE, FETCH, GETITEM, find, exec_module],
+        [MODULE, CALL, LAYER, LINEAR, find],
+        [MODULE, init],
+    )
+    assert got == ["other", "other", "other", "optimizer"]
+
+
 def test_user_rule_beats_builtins_and_innermost_user_rule_wins():
     rules = [parse_rule("other=train.py:log_metrics"), parse_rule("sync=*.item_like")]
     got = classify(
@@ -337,3 +372,65 @@ def test_phases_of_a_loop_whose_data_loading_blocks_match_its_own_timers():
             spent,
             measured,
         )
+
+
+def test_lbfgs_closure_phases_match_their_own_timers():
+    """LBFGS calls forward and backward inside ``step(closure)`` several times a step: each phase's
+    share of the loop's wall time is within 2 points of the loop's own timers."""
+    import time
+
+    import torch
+
+    from flameprof.profiler import Profiler
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4, history_size=20)
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    spent = dict.fromkeys(("forward", "backward", "optimizer"), 0.0)
+
+    def closure():
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        t1 = time.perf_counter()
+        out = model(x)
+        t2 = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(out, y)  # no module call: the step's other code
+        t3 = time.perf_counter()
+        loss.backward()
+        t4 = time.perf_counter()
+        spent["optimizer"] -= t4 - t0  # the closure's time is not the optimizer's
+        spent["optimizer"] += t1 - t0
+        spent["forward"] += t2 - t1
+        spent["backward"] += t4 - t3
+        return loss
+
+    try:
+        opt.step(closure)  # LBFGS's first step allocates its history: outside the window
+        profiler = Profiler(rate=1000).start()
+        start = now = time.perf_counter()
+        while now - start < 3:
+            opt.step(closure)
+            t = time.perf_counter()
+            spent["optimizer"] += t - now
+            now = t
+        profile = profiler.stop()
+    finally:
+        torch.set_num_threads(threads)
+    main = [i for i, t in enumerate(profile.threads) if t.name == "MainThread"]
+    mine = np.isin(profile.sample_thread, main)
+    phases = phase_of_samples(profile)[mine]
+    wall = profile.sample_wall[mine]
+    total, truth_total = wall.sum(), now - start
+    for phase, seconds in spent.items():
+        measured = wall[phases == LEAF_PHASES.index(phase)].sum()
+        assert abs(100 * (measured / total - seconds / truth_total)) <= 2, (phase, spent, truth_total)
+    assert spent["forward"] / truth_total > 0.15 and spent["optimizer"] / truth_total > 0.05

@@ -7,9 +7,15 @@ decided by its frames:
 
 * a user rule (``--phase NAME=PATTERN``, or a user scope declared in
   ``profile.meta["scope_phases"]``) beats every built-in rule; among user rules the innermost wins;
-* otherwise the built-in rule of highest priority wins, in the order data > backward > optimizer >
-  sync > forward (so a transform module called by a Dataset is data, and a forward recomputed
-  during backward is backward); between ``data.wait`` and ``data.fetch`` the innermost wins;
+* otherwise the built-in rule of highest priority wins, in the order import > data > backward >
+  optimizer > sync > forward (so a transform module called by a Dataset is data, and a forward
+  recomputed during backward is backward); between ``data.wait`` and ``data.fetch`` the innermost
+  wins. Time in the import system is ``other`` wherever the import is triggered (the first
+  optimizer imports ``torch._dynamo``, a Dataset may import lazily): it is startup, not a phase;
+* an optimizer that calls back into the program (the closure of ``optimizer.step(closure)``, as
+  Lightning's automatic optimisation and LBFGS do) is ``optimizer`` only outside the callback:
+  the callback's frames, and the forward and backward it runs, have the phase they would have
+  without the optimizer around them;
 * a stack no rule matches is ``other``.
 
 Classification is done once per interned stack (there are few stacks and many samples), in one
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FlameprofError
+from ..model.frames import category
 from ..model.profile import Frame, Profile
 
 # Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
@@ -37,18 +44,23 @@ DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
 RULE_PHASES = {name: name for name in LEAF_PHASES} | {"data": "data.fetch"}
 
 # Priority of the built-in rules (lower wins); data.wait and data.fetch tie, so the innermost decides.
+# The only built-in ``other`` rules are the import system's, and they beat every phase.
 _PRIORITY = {
+    "other": -1,
     "data.wait": 0,
     "data.fetch": 0,
     "backward": 1,
     "optimizer": 2,
     "sync": 3,
     "forward": 4,
-    "other": 5,
 }
+OPTIMIZER = LEAF_PHASES.index("optimizer")
 
 _DL = "torch/utils/data/dataloader.py"
 BUILTIN_RULES: tuple[tuple[str, str], ...] = (
+    # The import system: imports are startup, wherever they are triggered.
+    ("other", "<frozen importlib._bootstrap>:_find_and_load"),
+    ("other", "importlib/_bootstrap.py:_find_and_load"),
     # Waiting for a batch from DataLoader workers, and starting/stopping them.
     ("data.wait", f"{_DL}:*._get_data"),
     ("data.wait", f"{_DL}:*._try_get_data"),
@@ -175,8 +187,9 @@ def profile_rules(profile: Profile, user: Iterable[Rule] = ()) -> list[Rule]:
 class Classifier:
     """Assigns phases to frames and stacks; results per frame are cached.
 
-    The state of a stack prefix is ``(user phase or -1, built-in phase or -1)``; ``push`` adds one
-    frame leafward, so a stack is classified from its parent in O(1).
+    The state of a stack prefix is ``(user phase or -1, built-in phase or -1, built-in phase
+    outside the innermost optimizer or -1)``; ``push`` adds one frame leafward, so a stack is
+    classified from its parent in O(1).
     """
 
     def __init__(self, rules: Sequence[Rule] | None = None) -> None:
@@ -200,29 +213,42 @@ class Classifier:
             hit = self._cache[frame] = (user, builtin)
         return hit
 
-    def push(self, state: tuple[int, int], frame: Frame) -> tuple[int, int]:
+    def push(self, state: tuple[int, int, int], frame: Frame) -> tuple[int, int, int]:
         """The state of ``prefix + [frame]`` given the state of ``prefix``."""
         user, builtin = self.frame_match(frame)
-        parent_user, parent_builtin = state
+        parent_user, parent_builtin, outside = state
         if user < 0:
             user = parent_user
+        if parent_builtin == OPTIMIZER and builtin < 0 and _calls_back(frame):
+            parent_builtin = outside  # the optimizer called the program back: as if it were not there
+        if builtin == OPTIMIZER and parent_builtin != OPTIMIZER:
+            outside = parent_builtin
         if builtin < 0 or (
             parent_builtin >= 0 and _PRIORITY[LEAF_PHASES[parent_builtin]] < _PRIORITY[LEAF_PHASES[builtin]]
         ):
             builtin = parent_builtin
-        return user, builtin
+        return user, builtin, outside
 
     @staticmethod
-    def phase_id(state: tuple[int, int]) -> int:
-        user, builtin = state
+    def phase_id(state: tuple[int, int, int]) -> int:
+        user, builtin, _ = state
         return user if user >= 0 else builtin if builtin >= 0 else OTHER
 
     def classify(self, frames: Sequence[Frame]) -> str:
         """The leaf phase of a root-first frame list (for renderers walking their own trees)."""
-        state = (-1, -1)
+        state = START
         for frame in frames:
             state = self.push(state, frame)
         return LEAF_PHASES[self.phase_id(state)]
+
+
+START = (-1, -1, -1)  # the state of an empty stack
+
+
+def _calls_back(frame: Frame) -> bool:
+    """Whether ``frame`` is the program's (or a framework's) code, not PyTorch's, the standard
+    library's or the interpreter's: reached from an optimizer, it is a callback."""
+    return category(frame) in ("user", "library")
 
 
 def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np.ndarray:
@@ -233,10 +259,10 @@ def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np
     classifier = Classifier(profile_rules(profile) if rules is None else rules)
     frames = profile.frames
     n = len(profile.stack_parent)
-    states: list[tuple[int, int]] = [(-1, -1)] * n
+    states: list[tuple[int, int, int]] = [START] * n
     out = [OTHER] * n
     for i, (parent, fid) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
-        state = states[i] = classifier.push(states[parent] if parent >= 0 else (-1, -1), frames[fid])
+        state = states[i] = classifier.push(states[parent] if parent >= 0 else START, frames[fid])
         out[i] = classifier.phase_id(state)
     return np.asarray(out, dtype=np.int8)
 
