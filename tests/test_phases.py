@@ -434,3 +434,81 @@ def test_lbfgs_closure_phases_match_their_own_timers():
         measured = wall[phases == LEAF_PHASES.index(phase)].sum()
         assert abs(100 * (measured / total - seconds / truth_total)) <= 2, (phase, spent, truth_total)
     assert spent["forward"] / truth_total > 0.15 and spent["optimizer"] / truth_total > 0.05
+
+
+WHOLE_RUN = """\
+import time
+t0 = time.perf_counter()
+import json, sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Items(Dataset):
+    def __len__(self):
+        return 1_000_000
+    def __getitem__(self, i):
+        acc = 0
+        for k in range(400):
+            acc += k * k
+        return torch.full((64,), float(acc % 7)), i % 4
+
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4))
+opt = torch.optim.Adam(model.parameters())  # the first optimizer imports torch._dynamo
+spent = dict.fromkeys(("data", "forward", "backward", "optimizer"), 0.0)
+batches = iter(DataLoader(Items(), batch_size=16))
+loop_start = now = time.perf_counter()
+while now - loop_start < 2.5:
+    x, y = next(batches)
+    t1 = time.perf_counter()
+    out = model(x)
+    t2 = time.perf_counter()
+    loss = torch.nn.functional.cross_entropy(out, y)
+    t3 = time.perf_counter()
+    loss.backward()
+    t4 = time.perf_counter()
+    opt.step()
+    opt.zero_grad()
+    t5 = time.perf_counter()
+    for phase, seconds in zip(spent, (t1 - now, t2 - t1, t4 - t3, t5 - t4)):
+        spent[phase] += seconds
+    now = t5
+json.dump({"spent": spent, "total": time.perf_counter() - t0}, open(sys.argv[1], "w"))
+"""
+
+
+def test_whole_run_phases_match_the_programs_own_timers(tmp_path):
+    """Over a whole run (importing torch, the first optimizer importing torch._dynamo, the loop), every
+    phase is within 2 points of the program's own timers: imports count as startup, never as a phase."""
+    from conftest import run_flameprof
+
+    from flameprof.analyze.breakdown import analyze
+    from flameprof.model import storage
+
+    (tmp_path / "train.py").write_text(WHOLE_RUN)
+    proc = run_flameprof(
+        "run",
+        "-q",
+        "--rate",
+        "1000",
+        "-o",
+        str(tmp_path / "out"),
+        str(tmp_path / "train.py"),
+        str(tmp_path / "truth.json"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    analysis = analyze(storage.load(tmp_path / "out" / "profile.flameprof"))
+    seconds = dict(zip(LEAF_PHASES, analysis.phase_seconds.tolist()))
+    measured = {
+        "data": seconds["data.wait"] + seconds["data.fetch"],
+        **{p: seconds[p] for p in ("forward", "backward", "optimizer")},
+    }
+    total = analysis.loop_seconds
+    for phase, spent in truth["spent"].items():
+        off = abs(100 * (measured[phase] / total - spent / truth["total"]))
+        print(f"{phase}: {100 * spent / truth['total']:.1f}% by its timers, {off:.2f} points off")
+        assert off <= 2, (phase, truth, measured, total)
+    assert analysis.import_seconds > 0.1  # importing torch and torch._dynamo: startup

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..model.frames import Labeler
 from ..model.profile import Frame, Profile
-from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
+from .phases import LEAF_PHASES, Rule, is_import, phase_of_samples, profile_rules
 from .steps import StepTable, find_steps, loop_thread
 
 _CODE_KINDS = ("python", "native")
@@ -44,6 +44,9 @@ class Analysis:
     layers: list[Row] = field(default_factory=list)  # every layer, by self time
     functions: list[Row] = field(default_factory=list)
     function_total: float = 0.0  # all threads, in ``mode``, the denominator of function shares
+    startup_seconds: float = 0.0  # loop thread, before the first step (0 without steps)
+    startup_import_seconds: float = 0.0  # of which in the import system
+    import_seconds: float = 0.0  # loop thread, whole run, in the import system
 
     @property
     def loop_seconds(self) -> float:
@@ -89,6 +92,9 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
     labeler = Labeler(profile.meta)
     code_weight = stack_weights(profile, weights, None)
     functions = rank_frames(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
+    importing = loop & np.append(stack_has(profile, is_import), False)[profile.sample_stack]
+    startup = loop & (profile.sample_time < steps.bounds[0]) if steps.count else np.zeros_like(loop)
+    wall = profile.sample_wall
     return Analysis(
         profile,
         list(all_rules),
@@ -99,6 +105,9 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
         layers,
         functions,
         float(weights.sum()),
+        startup_seconds=float(wall[startup].sum()),
+        startup_import_seconds=float(wall[startup & importing].sum()),
+        import_seconds=float(wall[importing].sum()),
     )
 
 

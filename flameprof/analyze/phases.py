@@ -56,11 +56,12 @@ _PRIORITY = {
 }
 OPTIMIZER = LEAF_PHASES.index("optimizer")
 
+# Where the import system loads a module (the frozen bootstrap; the source copy where it is not frozen).
+IMPORT_PATTERNS = ("<frozen importlib._bootstrap>:_find_and_load", "importlib/_bootstrap.py:_find_and_load")
 _DL = "torch/utils/data/dataloader.py"
 BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     # The import system: imports are startup, wherever they are triggered.
-    ("other", "<frozen importlib._bootstrap>:_find_and_load"),
-    ("other", "importlib/_bootstrap.py:_find_and_load"),
+    *(("other", pattern) for pattern in IMPORT_PATTERNS),
     # Waiting for a batch from DataLoader workers, and starting/stopping them.
     ("data.wait", f"{_DL}:*._get_data"),
     ("data.wait", f"{_DL}:*._try_get_data"),
@@ -243,6 +244,12 @@ class Classifier:
 
 
 START = (-1, -1, -1)  # the state of an empty stack
+_IMPORT_MATCHERS = [Rule("other", pattern).compile() for pattern in IMPORT_PATTERNS]
+
+
+def is_import(frame: Frame) -> bool:
+    """Whether ``frame`` is the import system loading a module."""
+    return any(m(frame) for m in _IMPORT_MATCHERS)
 
 
 def _calls_back(frame: Frame) -> bool:

@@ -4,7 +4,8 @@ JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``unit`` (`
 when the weights are sample counts: imported folded or py-spy text), ``samples``, ``threads``,
 ``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
 ``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
-``layers``, ``functions``, ``verdict``. Percentages are of the loop thread's wall time (for
+``startup`` (loop thread seconds before the first step, ``imports`` among them, and
+``imports_whole_run``), ``layers``, ``functions``, ``verdict``. Percentages are of the loop thread's wall time (for
 ``phases``) or of the steady-state steps (for ``steps.steady.phases``).
 """
 
@@ -117,6 +118,11 @@ def report_data(
         "deep_learning": analysis.is_deep_learning,
         "phases": phase_table(analysis.phase_seconds),
         "steps": _steps(analysis),
+        "startup": {
+            "seconds": _r(analysis.startup_seconds),
+            "imports": _r(analysis.startup_import_seconds),
+            "imports_whole_run": _r(analysis.import_seconds),
+        },
         "layers": _rows(analysis.layers, analysis.loop_seconds),
         "functions": _rows(analysis.functions, analysis.function_total),
         "verdict": {
@@ -185,6 +191,21 @@ def steps_line(steps: dict) -> str:
     return text
 
 
+def startup_line(data: dict) -> str:
+    """``startup 2.10 s before the first step, of which imports 1.80 s`` (loop thread), or ""."""
+    startup, unit = data["startup"], data["unit"]
+    later = startup["imports_whole_run"] - startup["imports"]
+    parts = []
+    if data["steps"]["count"]:
+        parts.append(
+            f"{_amount(startup['seconds'], unit)} before the first step, "
+            f"of which imports {_amount(startup['imports'], unit)}"
+        )
+    if later > 0:
+        parts.append(f"imports after it {_amount(later, unit)}")
+    return "; ".join(parts)
+
+
 def notable_steps(steps: dict, slowest: int = 3) -> list[tuple[str, int, dict]]:
     """(kind, 1-based index, step) for the warm-up steps and the slowest steady-state steps."""
     per = steps["per_step"]
@@ -206,6 +227,10 @@ def format_text(data: dict, top: int = TOP) -> str:
         f"flameprof report{': ' + data['source'] if data['source'] else ''}",
         f"  {_duration(data)}, {data['threads']} thread(s), loop thread {data['loop_thread'] or '-'}",
         f"  steps: {steps_line(data['steps'])}",
+    ]
+    if startup_line(data):
+        out.append(f"  startup: {startup_line(data)}")
+    out += [
         "",
         "phases (loop thread wall time)            run     steady steps",
     ]
@@ -250,6 +275,7 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         f"- {_duration(data)}, {data['threads']} thread(s)",
         f"- loop thread: {_md(data['loop_thread'] or '-')}",
         f"- steps: {steps_line(data['steps'])}",
+        *([f"- startup: {startup_line(data)}"] if startup_line(data) else []),
         "",
         f"**Verdict: {_md(data['verdict']['text'])}**",
         "",

@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import phase_lines, report_data, steps_line
+from .report import phase_lines, report_data, startup_line, steps_line
 
 TOP = 8
 
@@ -50,6 +50,8 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             )
         )
         lines.append(f"  steps: {steps_line(data['steps'])}")
+        if startup_line(data):
+            lines.append(f"  startup: {startup_line(data)}")
         lines.append(f"  verdict: {data['verdict']['text']}")
         lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]
     if data["processes"]:
