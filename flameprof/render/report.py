@@ -201,7 +201,7 @@ def startup_line(data: dict) -> str:
             f"{_amount(startup['seconds'], unit)} before the first step, "
             f"of which imports {_amount(startup['imports'], unit)}"
         )
-    if later > 0:
+    if later >= 0.01:
         parts.append(f"imports after it {_amount(later, unit)}")
     return "; ".join(parts)
 
