@@ -150,7 +150,8 @@ def report(title: str, truth: dict[str, float], measured: dict[str, float], targ
         err = measured[name] - truth[name]
         ok &= abs(err) <= target
         print(
-            f"  {name:<24} {truth[name]:7.1f}% {measured[name]:8.1f}% {err:+6.1f}  {'ok' if abs(err) <= target else 'FAIL'}"
+            f"  {name:<24} {truth[name]:7.1f}% {measured[name]:8.1f}% {err:+6.1f}  "
+            f"{'ok' if abs(err) <= target else 'FAIL'}"
         )
     return ok
 

@@ -64,7 +64,8 @@ def main() -> None:
         data = report_data(profile)
         times.append(time.perf_counter() - t0)
     print(
-        f"report_data: {args.samples} samples, {len(profile.stack_parent)} stacks, {data['steps']['count']} steps: "
+        f"report_data: {args.samples} samples, {len(profile.stack_parent)} stacks, {data['steps']['count']} "
+        "steps: "
         f"median {statistics.median(times):.3f} s over {args.repeat} runs"
     )
 

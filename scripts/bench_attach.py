@@ -71,7 +71,8 @@ def main() -> None:
         for name, backend in configs.items():
             gaps[name].append(longest_gap(backend, args.output))
     print(
-        f"longest stall of the target, median of {args.rounds} interleaved rounds (load {os.getloadavg()[0]:.1f}):"
+        f"longest stall of the target, median of {args.rounds} interleaved rounds (load "
+        f"{os.getloadavg()[0]:.1f}):"
     )
     for name, values in gaps.items():
         print(

@@ -55,7 +55,8 @@ def main() -> int:
                     )
                 print(f"{rate:5.0f} Hz {where:6s} {kind:9s} " + "  ".join(cells), flush=True)
     print(
-        f"largest difference {worst:.1f} points: target <= {TARGET:g}: {'ok' if worst <= TARGET else 'MISSED'}"
+        f"largest difference {worst:.1f} points: target <= {TARGET:g}: "
+        f"{'ok' if worst <= TARGET else 'MISSED'}"
     )
     return 0
 

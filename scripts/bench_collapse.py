@@ -194,7 +194,8 @@ def main() -> int:
             with open(ours_out, "rb") as a, open(perl_out, "rb") as b:
                 identical = a.read() == b.read()
             print(
-                f"throughput ratio flameprof / perl: wall {perl[0] / ours[0]:.2f}x, CPU {perl[1] / ours[1]:.2f}x "
+                f"throughput ratio flameprof / perl: wall {perl[0] / ours[0]:.2f}x, CPU "
+                f"{perl[1] / ours[1]:.2f}x "
                 f"(target >= 3x)"
             )
             print(f"outputs identical: {identical}")

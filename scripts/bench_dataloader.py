@@ -191,7 +191,8 @@ def main() -> None:
             f"median of {args.rounds} interleaved rounds"
         )
         print(
-            f"{'configuration':<22} {'samples/s':>10} {'throughput cost':>16} {'CPU ms/sample':>14} {'CPU cost':>9}"
+            f"{'configuration':<22} {'samples/s':>10} {'throughput cost':>16} {'CPU ms/sample':>14} "
+            f"{'CPU cost':>9}"
         )
         for name, (rate, cpu) in medians.items():
             print(

@@ -89,7 +89,8 @@ def main() -> None:
     base_work, base_total = medians["flameprof run"]
     work, total = medians["flameprof run --native"]
     print(
-        f"--native vs flameprof run: workload {work / base_work:.3f}x, whole command {total / base_total:.3f}x "
+        f"--native vs flameprof run: workload {work / base_work:.3f}x, whole command "
+        f"{total / base_total:.3f}x "
         f"(+{total - base_total:.2f} s)"
     )
 

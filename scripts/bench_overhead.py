@@ -87,7 +87,8 @@ print(f"TIMED {time.perf_counter() - start:.6f}")
 BLOCKS_DRIVER = """
 import gc, json, os
 from flameprof.profiler import Profiler
-CONFIGS = [("off", None, 0), ("off again", None, 0), ("native", "1", 100), ("native", "1", 1000), ("python", "0", 100), ("python", "0", 1000)]
+CONFIGS = [("off", None, 0), ("off again", None, 0), ("native", "1", 100), ("native", "1", 1000),
+           ("python", "0", 100), ("python", "0", 1000)]
 for _ in range(WARMUP):
     step()
 times = {i: [] for i in range(len(CONFIGS))}
@@ -355,7 +356,8 @@ def bench_micro(samples: int = 20000, batches: int = 10) -> list[str]:
             t.join()
     ratio = cost["python"] / cost["native"]
     return [
-        f"per-sample cost, one thread with a 50-frame stack (CPU time, best of {batches} interleaved batches of {n}):",
+        f"per-sample cost, one thread with a 50-frame stack (CPU time, best of {batches} interleaved batches "
+        f"of {n}):",
         f"  native {1e6 * cost['native']:.2f} us   python {1e6 * cost['python']:.2f} us   "
         f"native is {ratio:.1f}x cheaper   target <= 10 us and >= 5x: "
         f"{'ok' if cost['native'] <= 10e-6 and ratio >= 5 else 'MISSED'}",
@@ -391,7 +393,8 @@ def bench_memory(ticks: int = 360_000, threads: int = 8) -> tuple[list[str], obj
         t.join()
     rows = len(sampler)
     lines = [
-        f"memory: {ticks} ticks x {threads} threads = {rows} samples (one hour at 100 Hz) in {elapsed:.1f} s:",
+        f"memory: {ticks} ticks x {threads} threads = {rows} samples (one hour at 100 Hz) in {elapsed:.1f} "
+        "s:",
         f"  RSS growth {growth / 2**20:.1f} MB (C buffers {sampler.memory / 2**20:.1f} MB, "
         f"{sampler.memory / max(rows, 1):.1f} bytes/sample)   target < 50 MB: "
         f"{'ok' if growth < 50 * 2**20 else 'MISSED'}",

@@ -3,9 +3,10 @@
 10x faster on 1,000,000 lines, and an SVG no larger at the same ``--minwidth``).
 
 Generates a realistic collapsed-stack file (deep Python/PyTorch-like stacks, all lines distinct, heavy-tailed
-counts), then times both renderers side by side, interleaved, and prints the median times, their ratio, each
-one's peak RSS and the output sizes. flamegraph.pl is not shipped with flameprof: pass its path with ``--flamegraph-pl`` or the
-``FLAMEGRAPH_PL`` environment variable; without it only flameprof is timed.
+counts), then times both renderers side by side, interleaved, and prints the median times, their
+ratio, each one's peak RSS and the output sizes. flamegraph.pl is not shipped with flameprof: pass
+its path with ``--flamegraph-pl`` or the ``FLAMEGRAPH_PL`` environment variable; without it only
+flameprof is timed.
 
     python scripts/bench_render.py --lines 1000000 --repeat 3 --flamegraph-pl /path/to/flamegraph.pl
 """
@@ -178,7 +179,8 @@ def generate(path: str, lines: int, seed: int = 1) -> None:
 
 
 def _time(cmd: list[str], stdout_path: str | None = None) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system; steadier on a shared machine) and peak RSS (MB) of one run."""
+    """Wall seconds, CPU seconds (user + system; steadier on a shared machine) and peak RSS (MB) of one
+    run."""
     start = time.perf_counter()
     with open(stdout_path or os.devnull, "wb") as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err)
@@ -223,7 +225,8 @@ def main() -> int:
         child.start()
         child.join()
         print(
-            f"generated {folded} ({os.path.getsize(folded) / 1e6:.0f} MB) in {time.perf_counter() - start:.1f} s"
+            f"generated {folded} ({os.path.getsize(folded) / 1e6:.0f} MB) in "
+            f"{time.perf_counter() - start:.1f} s"
         )
     ours_svg = os.path.join(workdir, "flameprof.svg")
     theirs_svg = os.path.join(workdir, "flamegraph-pl.svg")
@@ -253,7 +256,8 @@ def main() -> int:
     if theirs:
         wall_pl, cpu_pl = _report("flamegraph.pl:", theirs, theirs_svg)
         print(
-            f"speed-up: {wall_pl / wall:.1f}x wall, {cpu_pl / cpu:.1f}x CPU; SVG size flameprof/flamegraph.pl: "
+            f"speed-up: {wall_pl / wall:.1f}x wall, {cpu_pl / cpu:.1f}x CPU; SVG size "
+            "flameprof/flamegraph.pl: "
             f"{os.path.getsize(ours_svg) / os.path.getsize(theirs_svg):.2f}"
         )
     if not args.keep:

@@ -38,7 +38,8 @@ def spin_here():
 
 def state(*_):
     names = sorted(t.name for t in threading.enumerate())
-    handlers = [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)]
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)
+    handlers = [str(signal.getsignal(s)) for s in watched]
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "torch"))
     say("state", names, handlers, sorted(globals()), sys.path[:3], heavy)
 

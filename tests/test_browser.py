@@ -211,7 +211,10 @@ def browser():
 
 def frame(name: str) -> str:
     """JS for the frame rectangle named ``name``."""
-    return f"Array.prototype.find.call(document.querySelectorAll('#f rect'), r => r.getAttribute('n') === {json.dumps(name)})"
+    return (
+        "Array.prototype.find.call(document.querySelectorAll('#f rect'), "
+        f"r => r.getAttribute('n') === {json.dumps(name)})"
+    )
 
 
 ENCODER = "Net.encoder (Encoder)"

@@ -1,4 +1,5 @@
-"""Reading folded text: the C reader (flameprof._folded) and the pure-Python fallback give the same Profile."""
+"""Reading folded text: the C reader (flameprof._folded) and the pure-Python fallback give the same
+Profile."""
 
 from __future__ import annotations
 

@@ -246,7 +246,8 @@ def test_import_of_a_real_python312_perf_recording():
 FAKE_ADDR2LINE = """#!/bin/sh
 # arguments: -a PC -e MODULE -i -f -s -C
 case "$2" in
-  11d4) printf '0x00000000000011d4\\ninner\\nprog.c:2 (discriminator 3)\\nmiddle\\nprog.c:3\\nouter\\nprog.c:4\\n' ;;
+  11d4) printf '0x00000000000011d4\\ninner\\nprog.c:2 (discriminator 3)\\n'
+        printf 'middle\\nprog.c:3\\nouter\\nprog.c:4\\n' ;;
   0x1010) printf '0x0000000000001010\\nhelper\\nlib.c:9\\nfoo\\nlib.c:12\\n' ;;
   *) printf '0x%016x\\n??\\n??:0\\n' 0 ;;
 esac

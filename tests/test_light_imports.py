@@ -1,4 +1,5 @@
-"""flameprof runs inside the profiled program: what it imports there before the target starts must stay light."""
+"""flameprof runs inside the profiled program: what it imports there before the target starts must stay
+light."""
 
 import subprocess
 import sys

@@ -672,7 +672,8 @@ def test_profiler_meta_reports_native_sampler_and_achieved_rate():
         p.start()
         time.sleep(0.3)
         meta = p.stop().meta
-        print(meta["sampler"], meta["rate"], meta["achieved_rate"] > 0, meta["sampler_starved"] in (True, False))
+        starved = meta["sampler_starved"] in (True, False)
+        print(meta["sampler"], meta["rate"], meta["achieved_rate"] > 0, starved)
         p = Profiler(rate=200)
         p.start()
         sum(range(30_000_000))  # one C call that holds the GIL: the sampler starves

@@ -1,4 +1,5 @@
-"""Phase classification: built-in rules, precedence, user rules and declared scopes, views, and a real torch loop."""
+"""Phase classification: built-in rules, precedence, user rules and declared scopes, views, and a real
+torch loop."""
 
 from __future__ import annotations
 

@@ -317,7 +317,8 @@ def train_step(model, optimizer, x):
 def main():
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)))
+    layers = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    model = DistributedDataParallel(layers)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(128, 64)
     for _ in range(20):

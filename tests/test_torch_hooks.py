@@ -210,7 +210,8 @@ def test_flameprof_run_instruments_torch_imported_by_the_target_and_wires_backwa
                 return SlowGrad.apply(x)
 
         # flameprof watched this import: torch still sees its own loader
-        assert type(torch.__loader__).__name__ == "SourceFileLoader" and torch.__spec__.loader is torch.__loader__
+        assert type(torch.__loader__).__name__ == "SourceFileLoader"
+        assert torch.__spec__.loader is torch.__loader__
         model = nn.Sequential(nn.Linear(3, 3), Sleepy())
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(6):

@@ -60,7 +60,8 @@ class Analysis:
 
     @property
     def is_deep_learning(self) -> bool:
-        """True when the loop thread ran data loading, a model, autograd or an optimizer, or has layers or steps."""
+        """True when the loop thread ran data loading, a model, autograd or an optimizer, or has layers or
+        steps."""
         return bool(self.phase_seconds[_DL_PHASES].sum() > 0 or self.layers or self.steps.count)
 
     def loop_mask(self) -> np.ndarray:
@@ -76,7 +77,8 @@ class Analysis:
 
 
 def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", top: int = 10) -> Analysis:
-    """Classify ``profile`` with the user's ``rules`` (plus declared scopes and built-ins) and break it down."""
+    """Classify ``profile`` with the user's ``rules`` (plus declared scopes and built-ins) and break it
+    down."""
     all_rules = profile_rules(profile, rules)
     sample_phase = phase_of_samples(profile, all_rules)
     thread = loop_thread(profile, sample_phase)

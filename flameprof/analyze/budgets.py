@@ -53,7 +53,8 @@ class Budget:
 
 
 def parse_budget(text: str) -> Budget:
-    """``data=25%``, ``layer:encoder=40``, ``fn:re\\.compile=5%`` into a Budget; FlameprofError when malformed."""
+    """``data=25%``, ``layer:encoder=40``, ``fn:re\\.compile=5%`` into a Budget; FlameprofError when
+    malformed."""
     name, sep, value = text.rpartition("=")
     name, value = name.strip(), value.strip().rstrip("%").strip()
     try:
@@ -83,7 +84,8 @@ def parse_budget(text: str) -> Budget:
 
 @dataclass
 class Basis:
-    """The samples a profile is measured on: ``mask`` over samples, ``seconds`` in total, ``steps`` counted."""
+    """The samples a profile is measured on: ``mask`` over samples, ``seconds`` in total, ``steps``
+    counted."""
 
     name: str
     mask: np.ndarray
@@ -189,7 +191,8 @@ def check(
     max_regression: float | None = None,
     top: int = 10,
 ) -> CheckResult:
-    """Measure ``budgets`` on ``profile`` and, with a baseline, the growth of every phase, layer and function."""
+    """Measure ``budgets`` on ``profile`` and, with a baseline, the growth of every phase, layer and
+    function."""
     new = analyze(profile, top=0)
     base = analyze(baseline, top=0) if baseline is not None else None
     name = choose_basis(basis, [new] + ([base] if base is not None else []))

@@ -134,7 +134,8 @@ class _Matcher:
 
 
 def split_pattern(pattern: str) -> tuple[str, str]:
-    """``(path glob or "", name glob)``; the first single colon separates them (``::`` is part of a C++ name)."""
+    """``(path glob or "", name glob)``; the first single colon separates them (``::`` is part of a C++
+    name)."""
     parts = _PATH_SEP.split(pattern, maxsplit=1)
     return (parts[0], parts[1]) if len(parts) == 2 else ("", pattern)
 
@@ -160,7 +161,8 @@ def parse_rule(text: str) -> Rule:
 
 
 def scope_rules(profile: Profile) -> list[Rule]:
-    """User rules from scopes that declared a phase (``profile.meta["scope_phases"]``); unknown phases are ignored."""
+    """User rules from scopes that declared a phase (``profile.meta["scope_phases"]``); unknown phases are
+    ignored."""
     declared = profile.meta.get("scope_phases") or {}
     rules = []
     if isinstance(declared, Mapping):

@@ -97,7 +97,8 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     n = max(len(bounds) - 1, 0)
     nph = len(LEAF_PHASES)
     if n:
-        # A sample stands for the interval ending at its time: one taken exactly at a bound belongs to the step before.
+        # A sample stands for the interval ending at its time: one taken exactly at a bound belongs to the
+        # step before.
         idx = np.searchsorted(bounds, times, side="left") - 1
         ok = (idx >= 0) & (idx < n)
         cells = np.bincount(idx[ok] * nph + ph[ok], weights=walls[ok], minlength=n * nph)
@@ -141,7 +142,8 @@ def _bounds_from_samples(times: np.ndarray, walls: np.ndarray, ph: np.ndarray) -
 
 
 def warmup_count(walls: np.ndarray) -> int:
-    """Leading warm-up steps: the first, then the following ones slower than 1.5x the median (at most a quarter)."""
+    """Leading warm-up steps: the first, then the following ones slower than 1.5x the median (at most a
+    quarter)."""
     n = len(walls)
     if n < 3:
         return 0

@@ -57,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(
-        f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from {source} "
-        f"({profile.meta.get('collector', args.fmt)}, weights in {profile.meta.get('weight_unit', 'seconds')}) "
+        f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from "
+        f"{source} "
+        f"({profile.meta.get('collector', args.fmt)}, weights in "
+        f"{profile.meta.get('weight_unit', 'seconds')}) "
         f"into {args.output}",
         file=sys.stderr,
     )

@@ -35,7 +35,8 @@ def json_text(value: object) -> str:
 
 
 def pack(tables: dict[str, str], columns: dict[str, bytes], compress: bool = True) -> bytes:
-    """The zip: ``tables`` maps ``name.json`` to JSON text, ``columns`` maps a column name to ``.npy`` bytes."""
+    """The zip: ``tables`` maps ``name.json`` to JSON text, ``columns`` maps a column name to ``.npy``
+    bytes."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
         for name, text in tables.items():

@@ -41,7 +41,8 @@ class Labeler:
         return path
 
     def label(self, frame: Frame) -> str:
-        """``name (file:line)`` for code, the bare name for scopes and synthetic frames; never contains ``;``."""
+        """``name (file:line)`` for code, the bare name for scopes and synthetic frames; never contains
+        ``;``."""
         cached = self._cache.get(frame)
         if cached is not None:
             return cached

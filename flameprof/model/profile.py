@@ -106,7 +106,8 @@ class Profile:
         return out
 
     def all_stack_frames(self) -> list[tuple[int, ...]]:
-        """Frame-id tuples of every interned stack, computed once in parent order (parents precede children)."""
+        """Frame-id tuples of every interned stack, computed once in parent order (parents precede
+        children)."""
         out: list[tuple[int, ...]] = [()] * len(self.stack_parent)
         parents = self.stack_parent.tolist()
         frames = self.stack_frame.tolist()
@@ -136,7 +137,8 @@ class Profile:
 
 
 def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:
-    """Aggregate samples into (root-first frame ids, summed weight), the input of tree and folded renderers."""
+    """Aggregate samples into (root-first frame ids, summed weight), the input of tree and folded
+    renderers."""
     weights = profile.weights(mode)
     if not profile.num_samples:
         return

@@ -41,7 +41,8 @@ def check_markdown(result: CheckResult, source: str) -> str:
             for r in shown:
                 flag = "**regression**" if (r["kind"], r["name"]) in failing else "ok"
                 lines.append(
-                    f"| {r['kind']} | `{_cell(r['name'][:120])}` | {r['base_pct']:.1f}% | {r['new_pct']:.1f}% "
+                    f"| {r['kind']} | `{_cell(r['name'][:120])}` | {r['base_pct']:.1f}% | "
+                    f"{r['new_pct']:.1f}% "
                     f"| {r['growth_pct']:+.1f} | {flag} |"
                 )
             lines.append("")

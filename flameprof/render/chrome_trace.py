@@ -247,7 +247,8 @@ def write_chrome_trace(
         quoted = json.dumps(f"{title} ({label})" if label else title)
         w.lines(
             [
-                f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},"args":{{"value":{v * scale:.6g}}}}}'
+                f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},'
+                f'"args":{{"value":{v * scale:.6g}}}}}'
                 for t, v in zip(times.tolist(), values.tolist())
             ]
         )

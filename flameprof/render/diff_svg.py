@@ -95,7 +95,8 @@ def render_diff_svg(
         subtitle = f"shares of each profile compared ({mode} time); sized by NEW, red grew, blue shrank"
     elif tree.unit == "count":
         subtitle = (
-            f"NEW {new_total:.0f} samples vs BASE {base_total:.0f} ({_relative(new_total - base_total, base_total)}); "
+            f"NEW {new_total:.0f} samples vs BASE {base_total:.0f} "
+            f"({_relative(new_total - base_total, base_total)}); "
             "red grew, blue shrank"
         )
     else:

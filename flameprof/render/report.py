@@ -5,8 +5,8 @@ when the weights are sample counts: imported folded or py-spy text), ``samples``
 ``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
 ``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
 ``startup`` (loop thread seconds before the first step, ``imports`` among them, and
-``imports_whole_run``), ``layers``, ``functions``, ``verdict``. Percentages are of the loop thread's wall time (for
-``phases``) or of the steady-state steps (for ``steps.steady.phases``).
+``imports_whole_run``), ``layers``, ``functions``, ``verdict``. Percentages are of the loop
+thread's wall time (for ``phases``) or of the steady-state steps (for ``steps.steady.phases``).
 """
 
 from __future__ import annotations
@@ -258,7 +258,8 @@ def format_text(data: dict, top: int = TOP) -> str:
         out += ["", f"top functions by self {data['mode']} time (all threads):"]
         for row in data["functions"][:top]:
             out.append(
-                f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total {row['total_percent']:5.1f}%  "
+                f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total "
+                f"{row['total_percent']:5.1f}%  "
                 f"{row['name']}"
             )
     return "\n".join(out) + "\n"

@@ -46,7 +46,8 @@ def bootstrap_source(channel: str, package_dir: str) -> bytes:
     )
     code = (
         "try:\n"
-        f"    __import__('threading').Thread(target=exec, args=(compile({ascii(body)}, '<flameprof attach>', 'exec'),"
+        f"    __import__('threading').Thread(target=exec, args=(compile({ascii(body)}, '<flameprof attach>', "
+        "'exec'),"
         " {}), name='flameprof-attach', daemon=True).start()\n"
         "except BaseException:\n"
         "    pass\n"

@@ -125,7 +125,8 @@ def record(
             for child in injected[1:]:
                 if child.pid not in channel.accepted:
                     note(
-                        f"leaving out child process {child.pid}: {_not_started(channel, child, 'during the attach')}"
+                        f"leaving out child process {child.pid}: "
+                        f"{_not_started(channel, child, 'during the attach')}"
                     )
             profiles = [p for p in (_collect(channel, r, note) for r in remotes) if p is not None]
             if follow_forks:
@@ -318,7 +319,8 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
             continue
         if path in partial:
             note(
-                f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it had written"
+                f"child process {pid} did not finish its profile; kept the {profile.num_samples} samples it "
+                "had written"
             )
         detach = [t.tid for t in profile.threads if t.pid == pid and t.name == DETACH_THREAD]
         if detach:  # sampled once, as stopping the child's sampler takes a last sample

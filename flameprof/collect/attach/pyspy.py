@@ -2,10 +2,10 @@
 
 py-spy writes speedscope JSON (``--function``: frames carry the function's first line, as
 flameprof's do; ``--idle``: idle threads are sampled too, so the weights are wall time). Its
-per-thread sample lists are in time order, so ``importers/pyspy.py`` gives each sample its time back from
-the running sum of the weights, and phases and steps can be found as in an injected profile. py-spy cannot tell CPU
-from wall time, so a sample's CPU time is recorded as its wall time; it cannot see ``nn.Module``
-objects either, so there are no layer frames.
+per-thread sample lists are in time order, so ``importers/pyspy.py`` gives each sample its time
+back from the running sum of the weights, and phases and steps can be found as in an injected
+profile. py-spy cannot tell CPU from wall time, so a sample's CPU time is recorded as its wall
+time; it cannot see ``nn.Module`` objects either, so there are no layer frames.
 """
 
 from __future__ import annotations

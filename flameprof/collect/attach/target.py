@@ -119,7 +119,8 @@ def ptrace_denial(
         if not descendant:
             return (
                 "permission denied: kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
-                "children; run flameprof attach with sudo, or allow it: sudo sysctl kernel.yama.ptrace_scope=0"
+                "children; run flameprof attach with sudo, or allow it: sudo sysctl "
+                "kernel.yama.ptrace_scope=0"
             )
     return None
 

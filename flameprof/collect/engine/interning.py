@@ -21,7 +21,8 @@ BOUNDARY = -2
 
 
 def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
-    """The builder frame id of ``code``: ``SKIP`` for flameprof's own frames, ``BOUNDARY`` for the runner's."""
+    """The builder frame id of ``code``: ``SKIP`` for flameprof's own frames, ``BOUNDARY`` for the
+    runner's."""
     filename = code.co_filename
     if filename.startswith(FLAMEPROF_DIR) and not filename.startswith(EXAMPLES_DIR):
         return BOUNDARY if code in boundary_codes else SKIP

@@ -214,7 +214,8 @@ def _profile(
 
 
 class _FrameIds(dict):
-    """Frame label text -> frame id; a new text is parsed once, and texts naming the same Frame share its id."""
+    """Frame label text -> frame id; a new text is parsed once, and texts naming the same Frame share its
+    id."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -93,7 +93,8 @@ class ProcessTree:
             merged = merge_profiles(profiles, main_pid=main_pid)
         except Exception as exc:  # never lose the main profile to a bad part
             warn(
-                f"could not merge the other processes' profiles ({exc}); their parts are kept in {self.directory}"
+                f"could not merge the other processes' profiles ({exc}); their parts are kept in "
+                f"{self.directory}"
             )
             return main
         self.remove()
