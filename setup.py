@@ -12,6 +12,7 @@ setup(
         Extension(
             "flameprof._native",
             sources=["native/sampler.c", "native/steps.c", "native/interp_internals.c"],
+            depends=["native/interp_internals.h", "native/steps.h"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-missing-field-initializers"],
             optional=True,
         ),

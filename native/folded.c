@@ -1,7 +1,7 @@
 /* flameprof._folded: read collapsed-stack ("folded") text at C speed.
  *
  * A FoldedParser is fed the raw bytes of a folded file in chunks of any size and builds the same
- * tables as the pure-Python reader in flameprof/collect/folded_import.py: the stack table as
+ * tables as the pure-Python reader in flameprof/collect/importers/folded.py: the stack table as
  * parent pointers in order of first appearance (a line's frames root first, then the next line's),
  * and per line its leaf stack and weight. Python is called back once per distinct frame label
  * (``frame_id(text) -> int``) and for rare inputs whose meaning depends on Python's own rules

@@ -36,6 +36,8 @@
 #include <frameobject.h>              /* 3.10: the frame object's fields */
 #endif
 
+#include "interp_internals.h"
+
 /* The GIL's state (3.10 and 3.11 keep one for the process, 3.12+ one per interpreter). */
 static struct _gil_runtime_state *
 gil_of(PyInterpreterState *interp)

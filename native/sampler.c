@@ -25,6 +25,9 @@
 #include <sched.h>
 #include <signal.h>
 
+#include "interp_internals.h"
+#include "steps.h"
+
 #define SKIP_FRAME (-1)
 #define BOUNDARY_FRAME (-2)
 #define FLAG_HOOK 1
@@ -250,8 +253,6 @@ typedef struct {
     int stale;                 /* the code and hook caches must be rebuilt */
 } Sampler;
 
-double flameprof_monotonic(void);  /* interp_internals.c: seconds on CLOCK_MONOTONIC */
-
 static double
 read_cpu(ThreadRec *t)
 {
@@ -351,16 +352,6 @@ object_frame(Sampler *s, PyObject *frame_obj)
         PyErr_Clear();
     return (int32_t)fid;
 }
-
-/* interp_internals.c: a thread's frames, read in place (3.11+ interpreter frames, 3.10 frame objects) */
-void *flameprof_frame_first(PyThreadState *ts);
-void *flameprof_frame_next(void *frame);
-PyCodeObject *flameprof_frame_code(void *frame);
-PyObject *flameprof_frame_object(void *frame);
-#if PY_VERSION_HEX >= 0x030B0000
-PyObject *flameprof_frame_first_local(void *frame);
-void *flameprof_frame_of(PyFrameObject *frame);
-#endif
 
 /* ``self`` of a method's frame, the value of its first argument (borrowed) or NULL, read from the
  * frame's slots without building ``frame.f_locals``: on 3.10 and 3.11 that fills a dict, and when
@@ -556,8 +547,8 @@ new_thread(Sampler *s, unsigned long ident, double now)
     /* glibc's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): a dead thread's clock fails with EINVAL */
     t->clock = (clockid_t)(((~(long)native_id) << 3) | 6);
     t->fresh = 1;
-    /* as first_cpu_baseline in sampler.py: a thread whose whole CPU time fits in the interval may
-     * have started within it, and all of it is its first row's */
+    /* as first_cpu_baseline in collect/engine/python_sampler.py: a thread whose whole CPU time
+     * fits in the interval may have started within it, and all of it is its first row's */
     t->last_cpu = read_cpu(t);
     if (t->last_cpu != NO_CPU && t->last_cpu <= now - s->last_tick)
         t->last_cpu = 0.0;
@@ -975,14 +966,6 @@ Sampler_sample(Sampler *s, PyObject *args)
  * runs a Python callback with the GIL (process counters). One clock per process; fork handlers
  * leave the child with none and sane locks.
  */
-PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);  /* interp_internals.c */
-PyThreadState *flameprof_gil_holder(PyInterpreterState *interp);
-int flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyThreadState **asked);
-void flameprof_gil_thaw(PyInterpreterState *interp);
-int flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked);
-#if PY_VERSION_HEX < 0x030D0000
-void flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main);
-#endif
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
 static const int SYNCHRONOUS_SIGNALS[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP};
@@ -1127,10 +1110,6 @@ give_back_switch_interval(void)
         gil_switch_interval(clk.lowered_from);
     clk.lowered_from = 0;
 }
-
-#if PY_VERSION_HEX >= 0x030C0000
-unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);  /* interp_internals.c */
-#endif
 
 /* The interval, or set it when ``set`` is not 0, from a thread without the GIL: 3.10 and 3.11 keep
  * it process-wide; 3.12+ per interpreter, which 3.12's setter reaches through the calling thread's
@@ -1657,8 +1636,6 @@ static PyMethodDef module_methods[] = {
     {"clock_stats", clock_stats, METH_NOARGS, "how the last clock's ticks were served"},
     {NULL, NULL, 0, NULL},
 };
-
-int flameprof_add_step_recorder(PyObject *module);  /* steps.c */
 
 static struct PyModuleDef native_module = {
     PyModuleDef_HEAD_INIT, "flameprof._native", "flameprof's C sampling fast path.", -1, module_methods,

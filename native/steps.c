@@ -11,7 +11,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
-double flameprof_monotonic(void);  /* interp_internals.c */
+#include "interp_internals.h"
+#include "steps.h"
 
 typedef struct {
     double time;           /* CLOCK_MONOTONIC seconds: time.perf_counter()'s clock on Linux */

@@ -1,0 +1,11 @@
+# Types of flameprof._folded, the C reader of folded stacks (native/folded.c).
+from collections.abc import Callable
+
+class FoldedParser:
+    """Collapsed-stack text fed in chunks -> stack table and lines."""
+
+    def __init__(self, frame_id: Callable[[str], int], strict: bool = True) -> None: ...
+    def feed(self, data: bytes, /) -> bool: ...
+    def finish(
+        self,
+    ) -> tuple[bytearray, bytearray, bytearray, bytearray, int, int, tuple[int, bytes] | None]: ...
