@@ -60,20 +60,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backward-layers",
         action="store_true",
         help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
-        "slows the model's forward and backward, see README)",
+        "slows the model's forward and backward, see docs/deep-learning.md)",
     )
     p.add_argument(
         "--native",
         action="store_true",
         help="also record native (C/C++, PyTorch, MKL) stacks with perf and show them under the Python "
-        "frames that called them (Linux, needs perf; see README)",
+        "frames that called them (Linux, needs perf; see docs/run.md)",
     )
     p.add_argument(
         "--phase",
         action="append",
         default=[],
         metavar="NAME=PATTERN",
-        help="add a phase rule, e.g. data=my_loader:next_batch (see README; repeatable)",
+        help="add a phase rule, e.g. data=my_loader:next_batch (see docs/deep-learning.md; repeatable)",
     )
     add_render_options(p)
     p.add_argument(

@@ -69,7 +69,7 @@ class SmallCNN(nn.Module):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40, help="training steps (default: 40)")
+    parser.add_argument("--steps", type=int, default=300, help="training steps (default: 300)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     parser.add_argument(
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step % 20 == 0:
+        if step % 100 == 0:
             with flameprof.scope("log metrics"):
                 print(f"step {step:3d}  loss {loss.item():.3f}")
     print(f"{args.steps} steps in {time.perf_counter() - start:.2f} s")

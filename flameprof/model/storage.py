@@ -1,6 +1,6 @@
 """The ``.flameprof`` file: a zip of JSON tables and ``.npy`` columns, loadable without pickle.
 
-Layout (format version 1, documented in the README):
+Layout (format version 1, documented in docs/file-format.md):
   meta.json        {"format": "flameprof", "version": 1, ...run metadata}
   frames.json      [[name, file, line, kind], ...]
   threads.json     [[pid, tid, name], ...]
