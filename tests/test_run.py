@@ -219,3 +219,41 @@ def test_phase_rules_are_checked_before_running_and_saved_in_the_profile(tmp_pat
     import json
 
     assert json.loads(report.stdout)["phases"]["data"]["seconds"] > 0.1
+
+
+@pytest.mark.parametrize(
+    ("name", "files"),
+    [
+        ("failing", {"failing.py": "import sys\nprint(sys.path[0], sys.argv[0], __spec__.name)\n1/0\n"}),
+        (
+            "pkg",
+            {
+                "pkg/__init__.py": "",
+                "pkg/helper.py": "X = 1\n",
+                "pkg/__main__.py": "import sys\nfrom . import helper\n"
+                "print(sys.path[0], __package__, __file__)\nraise ValueError(helper.X)\n",
+            },
+        ),
+        ("broken", {"broken.py": "def f(:\n"}),
+    ],
+)
+def test_dash_m_behaves_as_python_dash_m(tmp_path, name, files):
+    """The installed command (its sys.path[0] is its own directory, not the current one) finds the
+    module in the current directory and prints Python's own traceback, runpy's frames included."""
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    command = os.path.join(os.path.dirname(sys.executable), "flameprof")
+    env = dict(os.environ, PYTHONPATH=REPO)  # no empty entry: the current directory is not on it
+    plain = subprocess.run(
+        [sys.executable, "-m", name], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    profiled = subprocess.run(
+        [command, "run", "-q", "-o", "out", "-m", name], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert (profiled.returncode, profiled.stdout, profiled.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
+    assert plain.returncode == 1 and "Traceback" in plain.stderr

@@ -243,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     child.record_this_process(tree.directory)
     os._exit = exit_after_profile
     clock_zero = SESSION.sampler.t0  # perf_counter reading of the profile's time 0
-    SESSION.sampler.boundary_codes.add(script.exec_target.__code__)
+    for code in script.BOUNDARY_CODES:
+        SESSION.sampler.boundary_codes.add(code)
     try:
         script.exec_target(target)
     except SystemExit:

@@ -21,11 +21,13 @@ BOUNDARY = -2
 
 
 def code_frame_id(builder: ProfileBuilder, boundary_codes: set, code) -> int:
-    """The builder frame id of ``code``: ``SKIP`` for flameprof's own frames, ``BOUNDARY`` for the
-    runner's."""
+    """The builder frame id of ``code``: ``BOUNDARY`` for the frames that run the target (flameprof's
+    runner, runpy's), ``SKIP`` for flameprof's own other frames."""
+    if code in boundary_codes:
+        return BOUNDARY
     filename = code.co_filename
     if filename.startswith(FLAMEPROF_DIR) and not filename.startswith(EXAMPLES_DIR):
-        return BOUNDARY if code in boundary_codes else SKIP
+        return SKIP
     name = getattr(code, "co_qualname", code.co_name)
     return builder.frame(Frame(name, filename, code.co_firstlineno, "python"))
 

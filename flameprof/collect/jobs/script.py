@@ -1,7 +1,9 @@
 """Runs a script or module in this interpreter with ``__main__`` semantics, as ``python`` would.
 
-``exec_target`` is the boundary frame: the sampler drops it and everything rootward of it, so the
-profile starts at the target's ``<module>`` frame.
+A script's code is compiled here and run by ``exec_target``; a module runs through ``runpy``, as
+``python -m`` does, so its ``__spec__``, ``sys.argv`` and tracebacks are Python's own.
+``exec_target`` and runpy's ``_run_code`` are boundary frames (``BOUNDARY_CODES``): the sampler
+drops them and everything rootward of them, so the profile starts at the target's ``<module>``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import runpy
 import sys
 import types
 from dataclasses import dataclass
@@ -26,6 +29,7 @@ class Target:
     path0: str
     description: str
     syntax_error: SyntaxError | None = None
+    module_name: str | None = None  # a module run as ``python -m`` runs it (through runpy)
 
 
 def _main_module(file: str | None, spec=None) -> types.ModuleType:
@@ -64,34 +68,24 @@ def script_target(path: str, args: list[str]) -> Target:
 
 
 def module_target(name: str, args: list[str]) -> Target:
-    """Resolve ``python -m name args...`` (a package runs its ``__main__``)."""
+    """Resolve ``python -m name args...``. As ``python -m``, the current directory comes first on
+    ``sys.path`` (set here, since finding the module may import its package)."""
+    path0 = os.getcwd()
+    if sys.path:
+        sys.path[0] = path0
+    else:
+        sys.path.insert(0, path0)
     try:
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations is not None:
-            name = name + ".__main__"
-            spec = importlib.util.find_spec(name)
+            spec = importlib.util.find_spec(name + ".__main__")
     except (ImportError, ValueError) as exc:
         raise FlameprofError(f"cannot find module {name}: {exc}") from None
     if spec is None or spec.loader is None:
         raise FlameprofError(f"no module named {name}")
-    try:
-        code = spec.loader.get_code(name)
-    except SyntaxError as exc:
-        return Target(
-            None,
-            _main_module(spec.origin, spec),
-            [spec.origin or name] + list(args),
-            os.getcwd(),
-            f"-m {name}",
-            exc,
-        )
-    except ImportError as exc:
-        raise FlameprofError(f"cannot load module {name}: {exc}") from None
-    if code is None:
-        raise FlameprofError(f"module {name} has no code to run")
-    return Target(
-        code, _main_module(spec.origin, spec), [spec.origin or name] + list(args), os.getcwd(), f"-m {name}"
-    )
+    module = types.ModuleType("__main__")
+    module.__builtins__ = __builtins__
+    return Target(None, module, [spec.origin or name, *args], path0, f"-m {name}", module_name=name)
 
 
 def install(target: Target) -> None:
@@ -106,15 +100,24 @@ def install(target: Target) -> None:
 
 def exec_target(target: Target) -> None:
     """Run the target's code in its ``__main__`` namespace (the sampler's boundary frame)."""
+    if target.module_name is not None:
+        runpy._run_module_as_main(target.module_name, alter_argv=False)
+        return
     if target.syntax_error is not None:
         raise target.syntax_error
     exec(target.code, target.module.__dict__)
 
 
+# Where the profile's stacks start: these frames and everything rootward of them are dropped.
+BOUNDARY_CODES = (exec_target.__code__, runpy._run_code.__code__)
+
+
 def print_target_exception(exc: BaseException, target: Target) -> None:
-    """Print ``exc`` through ``sys.excepthook`` as Python would, without flameprof's frames."""
+    """Print ``exc`` through ``sys.excepthook`` as Python would, without flameprof's frames: from
+    the target's code, or for a module from runpy's, as ``python -m`` shows them."""
+    first = runpy._run_module_as_main.__code__ if target.module_name is not None else target.code
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code is not target.code:
+    while tb is not None and tb.tb_frame.f_code is not first:
         tb = tb.tb_next
     # the hook prints exc.__traceback__ when set, so trim it there
     sys.excepthook(type(exc), exc.with_traceback(tb), tb)
