@@ -32,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if args.command != "run":  # run's stdout is the profiled program's own
+            reconfigure = getattr(sys.stdout, "reconfigure", None)
+            if reconfigure is not None:  # a lone surrogate in a name is escaped, not an error
+                reconfigure(errors="backslashreplace")
         return int(args.func(args) or 0)
     except FlameprofError as exc:
         print(f"flameprof: error: {exc}", file=sys.stderr)
@@ -41,3 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a write that failed: a full disk, a read-only or special path
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"flameprof: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1

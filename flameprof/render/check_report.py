@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 from ..analyze.budgets import CheckResult
+from . import markdown
 
 _BASIS_TEXT = {"wall": "the loop thread's whole run (wall time)", "step": "steady-state step time"}
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def check_markdown(result: CheckResult, source: str) -> str:
@@ -16,14 +13,14 @@ def check_markdown(result: CheckResult, source: str) -> str:
     lines = [
         f"## flameprof check: {status}",
         "",
-        f"Profile `{source}`; shares are of {_BASIS_TEXT[result.basis]}.",
+        f"Profile {markdown.code(source)}; shares are of {_BASIS_TEXT[result.basis]}.",
         "",
     ]
     if result.budgets:
         lines += ["| budget | limit | actual | |", "| --- | ---: | ---: | --- |"]
         for b in result.budgets:
             lines.append(
-                f"| `{_cell(b['name'])}` | {b['limit_pct']:g}% | {b['actual_pct']:.1f}% | "
+                f"| {markdown.code(b['name'])} | {b['limit_pct']:g}% | {b['actual_pct']:.1f}% | "
                 f"{'ok' if b['ok'] else '**over budget**'} |"
             )
         lines.append("")
@@ -41,7 +38,7 @@ def check_markdown(result: CheckResult, source: str) -> str:
             for r in shown:
                 flag = "**regression**" if (r["kind"], r["name"]) in failing else "ok"
                 lines.append(
-                    f"| {r['kind']} | `{_cell(r['name'][:120])}` | {r['base_pct']:.1f}% | "
+                    f"| {r['kind']} | {markdown.code(r['name'][:120])} | {r['base_pct']:.1f}% | "
                     f"{r['new_pct']:.1f}% "
                     f"| {r['growth_pct']:+.1f} | {flag} |"
                 )

@@ -4,6 +4,7 @@ as terminal text or Markdown."""
 from __future__ import annotations
 
 from ..analyze.diff import Change, largest
+from . import markdown
 
 _TITLES = {"function": "Functions", "layer": "Layers", "phase": "Phases"}
 
@@ -42,10 +43,10 @@ def diff_table(items: list[Change], unit: str = "seconds", fmt: str = "text", li
                     "| ---: | ---: | ---: | ---: | ---: | --- |",
                 ]
                 for c in rows:
-                    name = c.name.replace("|", "\\|")
                     out.append(
                         f"| {_value(c.delta, unit, True)} | {_relative(c)} | {_value(c.base_total, unit)} | "
-                        f"{_value(c.new_total, unit)} | {_value(c.delta_self, unit, True)} | `{name}` |"
+                        f"{_value(c.new_total, unit)} | {_value(c.delta_self, unit, True)} | "
+                        f"{markdown.code(c.name)} |"
                     )
                 out.append("")
             else:

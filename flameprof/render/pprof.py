@@ -15,6 +15,7 @@ import numpy as np
 
 from ..analyze.phases import layer_of_stacks
 from ..analyze.threads import process_label
+from ..atomic import encode_text
 from ..model.frames import Labeler
 from ..model.profile import Profile
 
@@ -180,5 +181,5 @@ def render_pprof(
         field_int(_PROFILE_DEFAULT_TYPE, strings(mode if timed and mode in ("wall", "cpu") else "samples")),
     ]
     # the string table goes last because building the other messages fills it
-    strings_msg = b"".join(field_bytes(_PROFILE_STRINGS, s.encode("utf-8")) for s in strings.table)
+    strings_msg = b"".join(field_bytes(_PROFILE_STRINGS, encode_text(s)) for s in strings.table)
     return gzip.compress(b"".join(out) + b"".join(tail) + strings_msg, compresslevel=6, mtime=0)

@@ -21,6 +21,7 @@ from ..analyze.breakdown import Analysis, Row, analyze
 from ..analyze.phases import LEAF_PHASES, PHASES, Rule
 from ..analyze.processes import processes_report
 from ..model.profile import Profile
+from . import markdown
 
 FORMATS = ("text", "markdown", "json")
 REPORT_VERSION = 1
@@ -265,25 +266,21 @@ def format_text(data: dict, top: int = TOP) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def format_markdown(data: dict, top: int = TOP) -> str:
     out = [
-        f"# flameprof report{': ' + _md(data['source']) if data['source'] else ''}",
+        f"# flameprof report{': ' + markdown.text(data['source']) if data['source'] else ''}",
         "",
         f"- {_duration(data)}, {data['threads']} thread(s)",
-        f"- loop thread: {_md(data['loop_thread'] or '-')}",
+        f"- loop thread: {markdown.text(data['loop_thread'] or '-')}",
         f"- steps: {steps_line(data['steps'])}",
         *([f"- startup: {startup_line(data)}"] if startup_line(data) else []),
         "",
-        f"**Verdict: {_md(data['verdict']['text'])}**",
+        f"**Verdict: {markdown.text(data['verdict']['text'])}**",
         "",
     ]
-    out += [f"- {_md(a)}" for a in data["verdict"]["advice"]]
+    out += [f"- {markdown.text(a)}" for a in data["verdict"]["advice"]]
     if data["processes"]:
-        out += ["", "## Processes", ""] + [f"- {_md(line)}" for line in data["processes"]["lines"]]
+        out += ["", "## Processes", ""] + [f"- {markdown.text(line)}" for line in data["processes"]["lines"]]
     out += [
         "",
         "## Phases",
@@ -309,8 +306,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         ]
         for row in data["layers"][:top]:
             out.append(
-                f"| {_md(row['name'])} | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
-                f"{_amount(row['total'], unit)} | {row['total_percent']:.1f}% |"
+                f"| {markdown.code(row['name'])} | {_amount(row['self'], unit)} | "
+                f"{row['self_percent']:.1f}% | {_amount(row['total'], unit)} | {row['total_percent']:.1f}% |"
             )
     if data["functions"]:
         out += [
@@ -322,8 +319,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         ]
         for row in data["functions"][:top]:
             out.append(
-                f"| `{_md(row['name'])}` | {_amount(row['self'], unit)} | {row['self_percent']:.1f}% | "
-                f"{row['total_percent']:.1f}% |"
+                f"| {markdown.code(row['name'])} | {_amount(row['self'], unit)} | "
+                f"{row['self_percent']:.1f}% | {row['total_percent']:.1f}% |"
             )
     return "\n".join(out) + "\n"
 

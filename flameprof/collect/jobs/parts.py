@@ -163,7 +163,7 @@ class PartWriter:
             columns = {"stack_parent": self._stack_parent, "stack_frame": self._stack_frame}
             columns.update(zip(SAMPLE_COLUMNS, self._columns))
             data = pack(texts, {name: _npy(column) for name, column in columns.items()}, compress=False)
-            write_bytes(self.path, data)
+            write_bytes(self.path, data, private=True)  # another user must not read a program's stacks
             self.written = n
         finally:
             self.lock.release()
