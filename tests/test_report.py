@@ -227,3 +227,44 @@ def test_count_weighted_import_is_reported_in_samples_not_seconds(tmp_path):
     data = json.loads(run_flameprof("report", path, "--format", "json").stdout)
     assert data["unit"] == "samples"
     assert "| `train` | 60 samples |" in run_flameprof("report", path, "--format", "markdown").stdout
+
+
+def test_top_functions_leave_idle_helper_threads_out_unless_asked(tmp_path, write_script):
+    """Helper threads that sleep all run long (a condition wait, a select loop) do not lead the top
+    functions; ``--idle`` shows them; the loop thread's own waits always count."""
+    script = write_script(
+        "helpers.py",
+        "import selectors, socket, threading, time\n"
+        "def waiter():\n"
+        "    threading.Event().wait(3)\n"
+        "def selecting():\n"
+        "    a, b = socket.socketpair()\n"
+        "    sel = selectors.DefaultSelector()\n"
+        "    sel.register(a, selectors.EVENT_READ)\n"
+        "    sel.select(3)\n"
+        "for target in (waiter, selecting):\n"
+        "    threading.Thread(target=target, daemon=True).start()\n"
+        "def compute():\n"
+        "    end = time.perf_counter() + 1.0\n"
+        "    while time.perf_counter() < end:\n"
+        "        pass\n"
+        "def pause():\n"
+        "    time.sleep(0.5)\n"
+        "compute()\n"
+        "pause()\n",
+    )
+    out = tmp_path / "out"
+    assert run_flameprof("run", "-q", "-o", str(out), script).returncode == 0
+    profile = str(out / "profile.flameprof")
+    data = json.loads(run_flameprof("report", profile, "--format", "json").stdout)
+    names = [row["name"] for row in data["functions"]]
+    assert names[0].startswith("compute (") and data["idle_left_out"] > 2.0
+    assert not any(n.startswith(("Event.wait", "Condition.wait", "select")) for n in names[:3]), names
+    assert any(n.startswith("pause (") for n in names)  # the loop thread's sleep counts
+    everything = json.loads(run_flameprof("report", profile, "--format", "json", "--idle").stdout)
+    assert everything["idle_left_out"] == 0
+    assert any(
+        row["name"].startswith(("Condition.wait", "Event.wait")) for row in everything["functions"][:3]
+    )
+    text = run_flameprof("report", profile).stdout
+    assert "of other threads' idle waits left out (--idle)" in text

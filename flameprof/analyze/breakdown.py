@@ -19,6 +19,7 @@ from .phases import LEAF_PHASES, Rule, is_import, phase_of_samples, profile_rule
 from .steps import StepTable, find_steps, loop_thread
 
 _CODE_KINDS = ("python", "native")
+IDLE_CPU_SHARE = 0.05  # a sample whose thread ran on a CPU less than this share of its wall time is idle
 _DL_PHASES = [LEAF_PHASES.index(p) for p in ("data.wait", "data.fetch", "forward", "backward", "optimizer")]
 
 
@@ -44,6 +45,7 @@ class Analysis:
     layers: list[Row] = field(default_factory=list)  # every layer, by self time
     functions: list[Row] = field(default_factory=list)
     function_total: float = 0.0  # all threads, in ``mode``, the denominator of function shares
+    idle_left_out: float = 0.0  # ``mode`` weight of other threads' idle waits, not in ``functions``
     startup_seconds: float = 0.0  # loop thread, before the first step (0 without steps)
     startup_import_seconds: float = 0.0  # of which in the import system
     import_seconds: float = 0.0  # loop thread, whole run, in the import system
@@ -76,9 +78,13 @@ class Analysis:
         return float(p.sample_wall[mask].sum())
 
 
-def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", top: int = 10) -> Analysis:
+def analyze(
+    profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", top: int = 10, idle: bool = True
+) -> Analysis:
     """Classify ``profile`` with the user's ``rules`` (plus declared scopes and built-ins) and break it
-    down."""
+    down. Without ``idle`` the top functions leave out the idle waits of threads other than the
+    loop's (helper threads that sleep all run long: ``Condition.wait``, ``selectors.select``), as
+    py-spy leaves idle samples out by default; the loop thread's waits always count."""
     all_rules = profile_rules(profile, rules)
     sample_phase = phase_of_samples(profile, all_rules)
     thread = loop_thread(profile, sample_phase)
@@ -92,7 +98,10 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
     layers = rank_frames(profile, layer_weight, [f.kind == "layer" for f in frames], None, lambda f: f.name)
     weights = profile.weights(mode)
     labeler = Labeler(profile.meta)
-    code_weight = stack_weights(profile, weights, None)
+    waiting = np.zeros(profile.num_samples, dtype=bool)
+    if not idle and profile.sample_cpu.sum() > 0:  # only a profile with CPU times can tell
+        waiting = ~loop & (profile.sample_cpu < IDLE_CPU_SHARE * profile.sample_wall)
+    code_weight = stack_weights(profile, weights, ~waiting)
     functions = rank_frames(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
     importing = loop & np.append(stack_has(profile, is_import), False)[profile.sample_stack]
     startup = loop & (profile.sample_time < steps.bounds[0]) if steps.count else np.zeros_like(loop)
@@ -106,7 +115,8 @@ def analyze(profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", to
         steps,
         layers,
         functions,
-        float(weights.sum()),
+        float(weights[~waiting].sum()),
+        idle_left_out=float(weights[waiting].sum()),
         startup_seconds=float(wall[startup].sum()),
         startup_import_seconds=float(wall[startup & importing].sum()),
         import_seconds=float(wall[importing].sum()),

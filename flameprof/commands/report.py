@@ -34,6 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="wall",
         help="weight of the top-functions table (phases and steps are always wall time)",
     )
+    p.add_argument(
+        "--idle",
+        action="store_true",
+        help="count the idle waits of threads other than the loop's in the top functions "
+        "(left out by default: helper threads that sleep all run long)",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.set_defaults(func=run)
 
@@ -45,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
     rules = [parse_rule(text) for text in args.phase]  # malformed rules fail before the profile is read
     profile = load_input(args.profile)
-    text = render_report(report_data(profile, rules, args.mode, source=args.profile), args.format)
+    text = render_report(
+        report_data(profile, rules, args.mode, source=args.profile, idle=args.idle), args.format
+    )
     if args.output:
         from ..atomic import write_text
         from ..errors import FlameprofError

@@ -35,7 +35,7 @@ class Rendering:
         if self._analysis is None:
             from ..analyze.breakdown import analyze
 
-            self._analysis = analyze(self.profile, mode=self.options.mode, top=TOP)
+            self._analysis = analyze(self.profile, mode=self.options.mode, top=TOP, idle=False)
         return self._analysis
 
 

@@ -5,7 +5,8 @@ when the weights are sample counts: imported folded or py-spy text), ``samples``
 ``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
 ``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
 ``startup`` (loop thread seconds before the first step, ``imports`` among them, and
-``imports_whole_run``), ``layers``, ``functions``, ``verdict``. Percentages are of the loop
+``imports_whole_run``), ``layers``, ``functions`` (the idle waits of threads other than the
+loop's left out unless asked for: ``idle_left_out`` says how much), ``verdict``. Percentages are of the loop
 thread's wall time (for ``phases``) or of the steady-state steps (for ``steps.steady.phases``).
 """
 
@@ -102,9 +103,10 @@ def report_data(
     mode: str = "wall",
     source: str = "",
     analysis: Analysis | None = None,
+    idle: bool = False,
 ) -> dict:
-    """The report as a JSON-ready dictionary."""
-    analysis = analysis or analyze(profile, rules, mode, TOP)
+    """The report as a JSON-ready dictionary (``idle``: top functions include other threads' idle waits)."""
+    analysis = analysis or analyze(profile, rules, mode, TOP, idle)
     verdict = judge(analysis)
     _, basis = basis_seconds(analysis)
     return {
@@ -126,6 +128,7 @@ def report_data(
         },
         "layers": _rows(analysis.layers, analysis.loop_seconds),
         "functions": _rows(analysis.functions, analysis.function_total),
+        "idle_left_out": _r(analysis.idle_left_out),
         "verdict": {
             "level": verdict.level,
             "input_bound": verdict.level in ("highly", "moderately"),
@@ -207,6 +210,14 @@ def startup_line(data: dict) -> str:
     return "; ".join(parts)
 
 
+def idle_note(data: dict) -> str:
+    """``3.200 s of other threads' idle waits left out (--idle)`` when some were, else ""."""
+    left_out = data.get("idle_left_out", 0.0)
+    if left_out <= 0:
+        return ""
+    return f"{_amount(left_out, data['unit'])} of other threads' idle waits left out (--idle)"
+
+
 def notable_steps(steps: dict, slowest: int = 3) -> list[tuple[str, int, dict]]:
     """(kind, 1-based index, step) for the warm-up steps and the slowest steady-state steps."""
     per = steps["per_step"]
@@ -256,7 +267,8 @@ def format_text(data: dict, top: int = TOP) -> str:
             for row in sorted(layers, key=lambda r: -r[key])[:top]:
                 out.append(f"  {row[key + '_percent']:5.1f}%  {_amount(row[key], unit):>10}  {row['name']}")
     if data["functions"]:
-        out += ["", f"top functions by self {data['mode']} time (all threads):"]
+        note = f"; {idle_note(data)}" if idle_note(data) else ""
+        out += ["", f"top functions by self {data['mode']} time (all threads{note}):"]
         for row in data["functions"][:top]:
             out.append(
                 f"  {row['self_percent']:5.1f}%  {_amount(row['self'], unit):>10}  total "
@@ -322,6 +334,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
                 f"| {markdown.code(row['name'])} | {_amount(row['self'], unit)} | "
                 f"{row['self_percent']:.1f}% | {row['total_percent']:.1f}% |"
             )
+        if idle_note(data):
+            out += ["", f"*{markdown.text(idle_note(data))}*"]
     return "\n".join(out) + "\n"
 
 

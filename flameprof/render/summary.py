@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import phase_lines, report_data, startup_line, steps_line
+from .report import idle_note, phase_lines, report_data, startup_line, steps_line
 
 TOP = 8
 
@@ -35,7 +35,8 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
     analysis = rendering.analysis
     data = report_data(profile, mode=mode, analysis=analysis)
     if data["functions"]:
-        lines.append(f"  top functions by self {mode} time:")
+        note = f" ({idle_note(data)})" if idle_note(data) else ""
+        lines.append(f"  top functions by self {mode} time{note}:")
         for row in data["functions"][:TOP]:
             lines.append(f"    {row['self_percent']:5.1f}%  {row['self']:8.3f} s  {row['name'][:100]}")
     if analysis.is_deep_learning:
