@@ -59,7 +59,7 @@ def test_lightning_automatic_optimisation(tmp_path):
     assert_steady_phases_match(analysis, truth)
     assert analysis.startup_import_seconds > 0.5  # importing lightning and torch: startup, not a phase
     layers = {row.name for row in analysis.layers}
-    assert {"Sequential.0 (Linear)", "Sequential.2 (Linear)"} <= layers
+    assert {"Lit.net (Sequential)", "Lit.net.0 (Linear)", "Lit.net.2 (Linear)"} <= layers  # under the module
 
 
 def test_hugging_face_trainer(tmp_path):

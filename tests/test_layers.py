@@ -172,6 +172,23 @@ def test_unregistered_module_is_named_after_its_caller():
     assert ("Caller", "Caller.Work (Work)") in paths
 
 
+def test_a_module_called_from_its_holders_method_is_named_under_the_holder():
+    """Lightning's ``training_step`` calls ``self.net(x)`` without calling the LightningModule."""
+
+    class Lit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(Work(), Work())
+
+        def training_step(self, x):
+            return self.net(x)
+
+    lit = Lit()
+    paths = layer_paths(profiled(lambda: lit.training_step(torch.zeros(2))))
+    assert ("Lit.net (Sequential)", "Lit.net.1 (Work)") in paths
+    assert not any(name.startswith("Sequential") for path in paths for name in path)
+
+
 def test_index_follows_named_modules_order_and_names_are_cached_per_module():
     net = Net()
     index = index_tree(net, "Net")

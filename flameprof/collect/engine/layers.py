@@ -8,6 +8,9 @@ class alone: ``GPT``). Rules:
 * The root is the outermost module on the stack when the module is first seen. Its whole tree is
   indexed once by walking the ``_modules`` dicts directly, so no user code (``__repr__``,
   ``__getattr__``, ``named_modules``) ever runs on the sampler thread.
+* A module called from a method of a module that holds it, outside that module's own call
+  (Lightning's ``training_step`` calling ``self.net``), is named under that module:
+  ``LitModel.net (Sequential)``, as it would be if the holder were called.
 * A module registered in several places (shared) is named by its first path in
   ``named_modules()`` order, wherever it is called from.
 * A module called from a parent's forward without being registered under the root is named
@@ -34,6 +37,7 @@ from ...model.records import Frame
 WRAPPERS = {"DistributedDataParallel": "module", "DataParallel": "module", "OptimizedModule": "_orig_mod"}
 _PURGE_AT = 4096  # purge dead entries from a cache when it grows past this
 _REINDEX_INTERVAL = 1.0  # seconds: a root's tree is re-read at most this often (modules made per call)
+_HOLDER_FRAMES = 16  # calling frames searched for a module that holds a module called at the top
 
 
 def _dead() -> None:
@@ -87,6 +91,9 @@ class LayerNamer:
         self._frames: dict[int, tuple[Callable[[], Any], Frame, str]] = {}  # id -> (ref, frame, path)
         self._roots: dict[int, tuple] = {}  # id -> (ref, name, tree index, monotonic time indexed)
         self._root_names: dict[str, Callable[[], Any]] = {}
+        self._holders: dict[
+            int, tuple[Callable[[], Any], Callable[[], Any]]
+        ] = {}  # id -> refs: module, holder
         self.call_code: Any = None  # Module._call_impl.__code__, set by torch_hooks
 
     # -- the sampler's hook ----------------------------------------------------------------
@@ -106,8 +113,21 @@ class LayerNamer:
     def _name_from_stack(self, module: Any, frame: Any) -> tuple[Frame, str]:
         callers = self._enclosing_modules(frame.f_back)  # innermost first
         if not callers:
-            return self._remember(module, self._root(module)[0], root=True)
-        root = callers[-1]
+            root = self._holder_calling(module, frame.f_back)
+            if root is None:
+                return self._remember(module, self._root(module)[0], root=True)
+            if len(self._holders) > _PURGE_AT:
+                self._holders = {k: v for k, v in self._holders.items() if v[0]() is not None}
+            self._holders[id(module)] = (_ref(module), _ref(root))
+        else:
+            root = callers[-1]
+            known = self._frames.get(id(root))
+            if known is None or known[0]() is not root:  # the sampler walks leaf first: name it now
+                self._name_from_stack(root, self._frame_of(frame.f_back, root))
+            held = self._holders.get(id(root))
+            holder = held[1]() if held is not None and held[0]() is root else None
+            if holder is not None:  # the outermost call is of a held module
+                root = holder
         path = self._lookup(root, module)
         if path is None:  # not registered under its root: name it after its caller
             caller = callers[0]
@@ -128,6 +148,21 @@ class LayerNamer:
                     out.append(module)
             frame = frame.f_back
         return out
+
+    def _holder_calling(self, module: Any, frame: Any) -> Any:
+        """The innermost ``self`` of the calling frames that holds ``module`` in its tree, or None."""
+        for _ in range(_HOLDER_FRAMES):
+            if frame is None:
+                return None
+            obj = frame.f_locals.get("self")
+            if obj is not None and obj is not module and _children(obj):
+                known = self._roots.get(id(obj))
+                index = known[2] if known is not None and known[0]() is obj else index_tree(obj, "")
+                hit = index.get(id(module))
+                if hit is not None and hit[0]() is module:
+                    return obj
+            frame = frame.f_back
+        return None
 
     def _frame_of(self, frame: Any, module: Any) -> Any:
         code = self.call_code
