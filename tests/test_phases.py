@@ -513,3 +513,53 @@ def test_whole_run_phases_match_the_programs_own_timers(tmp_path):
         print(f"{phase}: {100 * spent / truth['total']:.1f}% by its timers, {off:.2f} points off")
         assert off <= 2, (phase, truth, measured, total)
     assert analysis.import_seconds > 0.1  # importing torch and torch._dynamo: startup
+
+
+def test_a_manual_loop_without_optim_or_dataloader_matches_its_own_timers():
+    """Steps marked with ``flameprof.step()``, a hand-written SGD update and batches from a list: the
+    steps are found, and forward and backward are within 2 points of the loop's own timers."""
+    import time
+
+    import torch
+
+    import flameprof
+    from flameprof.analyze.breakdown import analyze
+    from flameprof.profiler import Profiler
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4))
+    batches = [(torch.randn(32, 128), torch.randint(0, 4, (32,))) for _ in range(8)]
+    spent = dict.fromkeys(("forward", "backward"), 0.0)
+    steps = 0
+    try:
+        profiler = Profiler(rate=1000).start()
+        start = now = time.perf_counter()
+        while now - start < 2.5:
+            x, y = batches[steps % len(batches)]
+            t1 = time.perf_counter()
+            out = model(x)
+            t2 = time.perf_counter()
+            loss = torch.nn.functional.cross_entropy(out, y)
+            t3 = time.perf_counter()
+            loss.backward()
+            t4 = time.perf_counter()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+                    p.grad = None
+            flameprof.step()
+            spent["forward"] += t2 - t1
+            spent["backward"] += t4 - t3
+            steps += 1
+            now = time.perf_counter()
+        profile = profiler.stop()
+    finally:
+        torch.set_num_threads(threads)
+    analysis = analyze(profile)
+    assert analysis.steps.source == "marks:step" and abs(analysis.steps.count - steps) <= 1
+    seconds = dict(zip(LEAF_PHASES, analysis.phase_seconds.tolist()))
+    total, truth_total = analysis.loop_seconds, now - start
+    for phase, value in spent.items():
+        assert abs(100 * (seconds[phase] / total - value / truth_total)) <= 2, (phase, spent, seconds)
