@@ -434,7 +434,7 @@ def test_lbfgs_closure_phases_match_their_own_timers():
     for phase, seconds in spent.items():
         measured = wall[phases == LEAF_PHASES.index(phase)].sum()
         assert abs(100 * (measured / total - seconds / truth_total)) <= 2, (phase, spent, truth_total)
-    assert spent["forward"] / truth_total > 0.15 and spent["optimizer"] / truth_total > 0.05
+    assert spent["forward"] / truth_total > 0.05 and spent["optimizer"] / truth_total > 0.05  # both visible
 
 
 WHOLE_RUN = """\
