@@ -1,0 +1,122 @@
+"""The framework adapters, driven by the real frameworks: a Lightning profiler and a Hugging Face
+callback (tiny random models, CPU, no downloads)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import torch  # noqa: F401  (these need torch: without it, test_pythons.sh leaves this file out)
+from conftest import REPO
+
+from flameprof.analyze.breakdown import analyze
+from flameprof.model import storage
+
+
+def lightning_module():
+    import lightning as L
+
+    class Lit(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 2))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.cross_entropy(self.net(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    return Lit()
+
+
+def test_lightning_profiler_writes_one_profile_per_stage_with_its_steps(tmp_path, caplog):
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from flameprof.integrations.lightning import FlameprofProfiler
+
+    data = DataLoader(TensorDataset(torch.randn(640, 32), torch.randint(0, 2, (640,))), batch_size=16)
+    profiler = FlameprofProfiler(dirpath=tmp_path, rate=500)
+    trainer = L.Trainer(
+        max_epochs=1,
+        profiler=profiler,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+        num_sanity_val_steps=0,
+    )
+    model = lightning_module()
+    with caplog.at_level(logging.INFO):
+        trainer.fit(model, data)
+        trainer.validate(model, data)
+    fit = storage.load(tmp_path / "flameprof-fit" / "profile.flameprof")
+    validate = storage.load(tmp_path / "flameprof-validate" / "profile.flameprof")
+    assert (tmp_path / "flameprof-fit" / "profile.svg").exists()
+    steps = analyze(fit).steps
+    assert steps.source == "marks:step" and abs(steps.count - 40) <= 1  # 40 training batches
+    assert abs(analyze(validate).steps.count - 40) <= 1  # the validation stage marks its own steps
+    layers = {f.name for f in fit.frames if f.kind == "layer"}
+    assert "Lit.net (Sequential)" in layers
+    assert "flameprof (fit): " in caplog.text and "phases: data" in caplog.text
+
+
+def test_importing_flameprof_imports_no_framework():
+    code = (
+        "import sys, flameprof\n"
+        "print(sorted(m for m in ('lightning', 'transformers', 'IPython') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": REPO}
+    )
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_hugging_face_callback_profiles_a_window_of_steps(tmp_path):
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    from flameprof.integrations.huggingface import FlameprofCallback
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
+    data = [{"input_ids": torch.randint(0, 200, (16,)), "labels": torch.tensor(i % 2)} for i in range(512)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=40,
+        per_device_train_batch_size=8,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    callback = FlameprofCallback(steps=(10, 30), rate=500)
+    trainer = Trainer(
+        model=BertForSequenceClassification(config), args=args, train_dataset=data, callbacks=[callback]
+    )
+    trainer.train()
+    profile = storage.load(tmp_path / "flameprof" / "profile.flameprof")
+    steps = analyze(profile).steps
+    assert steps.source == "marks:step" and abs(steps.count - 20) <= 1  # steps 10 to 30
+    layers = {f.name for f in profile.frames if f.kind == "layer"}
+    assert "BertForSequenceClassification.bert.encoder.layer.0 (BertLayer)" in layers
+    [entry] = [e for e in trainer.state.log_history if "flameprof/verdict" in e]
+    assert entry["step"] == 30 and entry["flameprof/forward_percent"] > 0
+    assert entry["flameprof/profile"].endswith("profile.flameprof")
