@@ -176,7 +176,13 @@ def test_os_exit_keeps_the_profile(tmp_path):
         text=True,
     )
     assert (profiled.returncode, profiled.stdout) == (plain.returncode, plain.stdout) == (3, "child 4\n")
-    assert profiled.stderr == ""
+    # Since 3.12 Python warns when a process with several threads forks, and the sampler is a
+    # thread: the one line that differs (docs/run.md, limits)
+    warning = "is multi-threaded, use of fork() may lead to deadlocks in the child"
+    assert [
+        line for line in profiled.stderr.splitlines() if warning not in line and "os.fork()" not in line
+    ] == []
+    assert plain.stderr == ""
     sys.path.insert(0, REPO)
     from flameprof.model import storage
 
@@ -234,4 +240,4 @@ def test_ctrl_c_on_a_terminal_reaches_the_program_once(tmp_path, way):
     ]
     assert pid_free[0] == pid_free[1]
     assert profiled[0] == plain[0] == -signal.SIGINT
-    assert "KeyboardInterrupt" in pid_free[1]
+    assert any("KeyboardInterrupt" in line for line in pid_free[1])  # 3.13 colours it on a terminal
