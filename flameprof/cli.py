@@ -11,7 +11,19 @@ from . import __version__
 from .errors import FlameprofError
 
 # Each name is a module in flameprof.commands with ``register(subparsers)``.
-COMMANDS = ("run", "render", "report", "check", "diff", "attach", "merge", "import_", "collapse", "demo")
+COMMANDS = (
+    "run",
+    "render",
+    "report",
+    "check",
+    "diff",
+    "attach",
+    "dump",
+    "merge",
+    "import_",
+    "collapse",
+    "demo",
+)
 
 
 class _Parser(argparse.ArgumentParser):
