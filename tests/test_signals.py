@@ -241,3 +241,30 @@ def test_ctrl_c_on_a_terminal_reaches_the_program_once(tmp_path, way):
     assert pid_free[0] == pid_free[1]
     assert profiled[0] == plain[0] == -signal.SIGINT
     assert any("KeyboardInterrupt" in line for line in pid_free[1])  # 3.13 colours it on a terminal
+
+
+@pytest.mark.parametrize("way", ["script", "command"])
+def test_snapshots_of_the_job_so_far_appear_while_it_runs(tmp_path, way):
+    """``--snapshot-every``: the profile so far, from outside the program, readable at any moment."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    target = ["prog.py"] if way == "script" else ["--", sys.executable, "prog.py"]
+    argv = flameprof_cmd("run", "-q", "-o", "out", "--snapshot-every", "0.5", *target)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sys.path.insert(0, REPO)
+    from flameprof.model import storage
+
+    snapshot = tmp_path / "out" / "profile.snapshot.flameprof"
+    seen = []
+    try:
+        deadline = time.monotonic() + 20
+        while len(seen) < 2 and time.monotonic() < deadline:
+            if snapshot.exists():
+                count = storage.load(str(snapshot)).num_samples  # complete whenever it is read
+                if not seen or count > seen[-1]:
+                    seen.append(count)
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert len(seen) == 2 and 0 < seen[0] < seen[1], seen  # it grows while the job runs

@@ -6,19 +6,9 @@ import argparse
 import sys
 
 from ..errors import FlameprofError, InjectUnavailable
-from .options import add_render_options, output_options, positive_rate
+from .options import add_render_options, output_options, positive_rate, positive_seconds
 
 BACKENDS = ("inject", "py-spy")
-
-
-def positive_duration(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
-    if not 0 < value < 10**7:
-        raise argparse.ArgumentTypeError(f"duration must be a positive number of seconds, not {text}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("pid", type=int, metavar="PID", help="the process to profile")
     p.add_argument(
-        "--duration", type=positive_duration, metavar="S", help="seconds to profile (default: until Ctrl-C)"
+        "--duration", type=positive_seconds, metavar="S", help="seconds to profile (default: until Ctrl-C)"
     )
     p.add_argument(
         "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"

@@ -19,6 +19,16 @@ def positive_rate(text: str) -> float:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+    if not 0 < value < 10**7:
+        raise argparse.ArgumentTypeError(f"duration must be a positive number of seconds, not {text}")
+    return value
+
+
 def export_formats(text: str) -> tuple[str, ...]:
     """Output format names (``all``: every one), in the order given, each once."""
     from ..render.formats import FORMATS

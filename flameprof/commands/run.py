@@ -22,8 +22,8 @@ import sys
 
 from ..collect.jobs import script
 from ..errors import FlameprofError
-from .options import add_render_options, output_options, positive_rate
-from .run_rescue import mark_finishing, start_watcher
+from .options import add_render_options, output_options, positive_rate, positive_seconds
+from .run_rescue import mark_finishing, start_watcher, write_snapshot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,6 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-m", dest="module", action="store_true", help="run a library module as a script, like python -m"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
+    p.add_argument(
+        "--snapshot-every",
+        type=positive_seconds,
+        metavar="S",
+        help="every S seconds, write the whole job's profile so far to profile.snapshot.flameprof "
+        "in the output directory (from outside the program; a killed job leaves the last one whole)",
+    )
     p.add_argument(
         "--no-subprocesses",
         dest="subprocesses",
@@ -158,7 +165,8 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     options = output_options(args)
     tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
     try:
-        pid, returncode = run_command(argv, tree.environment(os.environ))
+        snapshot = (lambda child: write_snapshot(tree, outdir, child)) if args.snapshot_every else None
+        pid, returncode = run_command(argv, tree.environment(os.environ), args.snapshot_every, snapshot)
     except BaseException:
         tree.remove()
         raise
@@ -198,7 +206,12 @@ def run(args: argparse.Namespace) -> int:
     # second or so, is what the watcher writes out when a signal ends the program.
     tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
     main_pid = os.getpid()
-    start_watcher(main_pid, tree.directory, lambda profile: _write_profile(profile, outdir, options, args))
+    start_watcher(
+        main_pid,
+        tree.directory,
+        lambda profile: _write_profile(profile, outdir, options, args),
+        args.snapshot_every,
+    )
     native = _start_native(args.rate) if args.native else None  # before sampling: perf takes a while to start
     profiler = Profiler(outdir, rate=args.rate, mode=args.mode, backward_layers=args.backward_layers)
     state = {"signal": None, "saved": False}

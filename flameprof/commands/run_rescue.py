@@ -1,12 +1,15 @@
 """Writes a ``run``'s outputs when the profiled process ended without writing them: killed by a
-signal (SIGKILL included) that the program did not handle.
+signal (SIGKILL included) that the program did not handle; and, with ``--snapshot-every``, the
+profile so far while the program runs.
 
 ``run`` profiles the program in its own process, so the program's signals keep their default
 actions and end it exactly as they would without flameprof. That process flushes its samples to a
 part every second or so (collect/jobs/child.py); this watcher, forked before the program starts
 and detached from it (its own session, not the program's child), waits for the process to end,
 and unless ``run`` finished the profile itself, merges the parts left behind (the process's own
-and its children's) into the usual outputs.
+and its children's) into the usual outputs. Snapshots are made here too, outside the program:
+every ``snapshot_every`` seconds the parts as they are are merged into ``profile.snapshot.flameprof``
+(written atomically, so a job killed at any moment leaves the last one whole).
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import select
 import sys
 import time
 
+from ..collect.jobs.tree import ProcessTree
+
 FINISHING = "finishing"  # a file in the parts directory: run writes the outputs itself
+SNAPSHOT = "profile.snapshot.flameprof"
 
 
-def start_watcher(pid: int, parts: str, write) -> None:
-    """Fork the watcher of process ``pid`` (this one); ``write(profile)`` writes the outputs there.
+def start_watcher(pid: int, parts: str, write, snapshot_every: float | None = None) -> None:
+    """Fork the watcher of process ``pid`` (this one); ``write(profile)`` writes the outputs there,
+    and every ``snapshot_every`` seconds a snapshot goes next to them.
 
     Called before the program runs and before any thread starts: the watcher is a copy of this
     process, so nothing is imported or exec'd. The intermediate child ends at once, so the program
@@ -37,7 +44,8 @@ def start_watcher(pid: int, parts: str, write) -> None:
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
-        _wait_for_exit(pid)
+        while not _wait_for_exit(pid, snapshot_every):
+            write_snapshot(ProcessTree.existing(parts), os.path.dirname(parts), pid)
         if not os.path.exists(os.path.join(parts, FINISHING)) and os.path.isdir(parts):
             _rescue(pid, parts, write)
     except BaseException:
@@ -55,15 +63,32 @@ def mark_finishing(parts: str) -> None:
         pass
 
 
-def _wait_for_exit(pid: int) -> None:
+def write_snapshot(tree: ProcessTree, outdir: str, main_pid: int) -> None:
+    """The job so far into ``outdir/profile.snapshot.flameprof``; a failed write is one warning line."""
+    from ..model import storage  # numpy-backed: never imported in the program's process
+
+    profile = tree.snapshot(main_pid)
+    if profile is None:
+        return
+    try:
+        storage.save(profile, os.path.join(outdir, SNAPSHOT))
+    except OSError as exc:
+        sys.stderr.write(f"flameprof: warning: could not write a snapshot: {exc.strerror or exc}\n")
+
+
+def _wait_for_exit(pid: int, timeout: float | None) -> bool:
+    """Whether ``pid`` ended within ``timeout`` seconds (None: wait for it)."""
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # before Linux 5.3: look every 0.2 s
+        deadline = None if timeout is None else time.monotonic() + timeout
         while _alive(pid):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
             time.sleep(0.2)
-        return
+        return True
     try:
-        select.select([fd], [], [])
+        return bool(select.select([fd], [], [], timeout)[0])
     finally:
         os.close(fd)
 
@@ -79,8 +104,6 @@ def _alive(pid: int) -> bool:
 
 
 def _rescue(pid: int, parts: str, write) -> None:
-    from ..collect.jobs.tree import ProcessTree
-
     profile = ProcessTree.existing(parts).collect(main_pid=pid)
     if profile is None:
         return

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 from ...errors import FlameprofError
 
@@ -64,8 +65,11 @@ def _child_setup(own_group: bool, ignored_here: list[int]):
     return setup
 
 
-def run_command(argv: list[str], env: dict) -> tuple[int, int]:
-    """Run ``argv`` with ``env`` to its end: (pid, returncode), negative when a signal ended it."""
+def run_command(
+    argv: list[str], env: dict, every: float | None = None, tick: Callable[[int], None] | None = None
+) -> tuple[int, int]:
+    """Run ``argv`` with ``env`` to its end: (pid, returncode), negative when a signal ended it;
+    ``tick(pid)`` runs every ``every`` seconds meanwhile."""
     terminal = _in_foreground()
     # a signal ignored here (a shell's background job ignores Ctrl-C) stays ignored, in the child too
     forwarded = [
@@ -104,7 +108,13 @@ def run_command(argv: list[str], env: dict) -> tuple[int, int]:
             raise FlameprofError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
         for signum in pending:
             forward(signum, None)
-        returncode = child.wait()
+        returncode = None
+        while returncode is None:
+            try:
+                returncode = child.wait(every)
+            except subprocess.TimeoutExpired:
+                if tick is not None:
+                    tick(child.pid)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

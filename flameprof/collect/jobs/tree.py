@@ -100,5 +100,18 @@ class ProcessTree:
         self.remove()
         return merged
 
+    def snapshot(self, main_pid: int | None = None) -> Profile | None:
+        """The job so far, merged from the parts as they are now (nothing waited for or removed):
+        None when there is nothing yet, or a part cannot be read at this moment."""
+        from ...model import storage
+        from ...model.merge import merge_profiles
+
+        try:
+            parts = [storage.load(path) for path in part_files(self.directory)]
+            parts = [p for p in parts if p.num_samples]
+            return merge_profiles(parts, main_pid=main_pid) if parts else None
+        except (FlameprofError, OSError, ValueError):
+            return None
+
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
