@@ -175,7 +175,7 @@ def test_unregistered_module_is_named_after_its_caller():
 def test_a_module_called_from_its_holders_method_is_named_under_the_holder():
     """Lightning's ``training_step`` calls ``self.net(x)`` without calling the LightningModule."""
 
-    class Lit(nn.Module):
+    class Holds(nn.Module):
         def __init__(self):
             super().__init__()
             self.net = nn.Sequential(Work(), Work())
@@ -183,9 +183,9 @@ def test_a_module_called_from_its_holders_method_is_named_under_the_holder():
         def training_step(self, x):
             return self.net(x)
 
-    lit = Lit()
-    paths = layer_paths(profiled(lambda: lit.training_step(torch.zeros(2))))
-    assert ("Lit.net (Sequential)", "Lit.net.1 (Work)") in paths
+    holder = Holds()
+    paths = layer_paths(profiled(lambda: holder.training_step(torch.zeros(2))))
+    assert ("Holds.net (Sequential)", "Holds.net.1 (Work)") in paths
     assert not any(name.startswith("Sequential") for path in paths for name in path)
 
 
