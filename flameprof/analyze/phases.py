@@ -110,12 +110,18 @@ class _Matcher:
         self.name = re.compile(fnmatch.translate(name))
 
     def __call__(self, frame: Frame) -> bool:
+        return self.file_matches(frame.file) and self.name_matches(frame)
+
+    def file_matches(self, file: str) -> bool:
+        if self.path is None:
+            return True
+        path = file.replace("\\", "/")
+        return bool(path and self.path.match(path))
+
+    def name_matches(self, frame: Frame) -> bool:
+        """The rule's kind and name glob (its path glob is ``file_matches``)."""
         if self.rule.kind and frame.kind != self.rule.kind:
             return False
-        if self.path is not None:
-            path = frame.file.replace("\\", "/")
-            if not path or not self.path.match(path):
-                return False
         name = frame.name
         return bool(self.name.match(name) or self.name.match(name.rsplit(".", 1)[-1]))
 
@@ -183,14 +189,22 @@ class Classifier:
         rules = default_rules() if rules is None else list(rules)
         self._matchers = [r.compile() for r in rules]
         self._cache: dict[Frame, tuple[int, int]] = {}
+        # file -> the matchers whose path glob it matches (or that have none): most rules name a file
+        # of torch, so the frames of other files try only the few rules without a path
+        self._by_file: dict[str, list[_Matcher]] = {}
 
     def frame_match(self, frame: Frame) -> tuple[int, int]:
         """(user phase id or -1, best built-in phase id or -1) of one frame."""
         hit = self._cache.get(frame)
         if hit is None:
+            matchers = self._by_file.get(frame.file)
+            if matchers is None:
+                matchers = self._by_file[frame.file] = [
+                    m for m in self._matchers if m.file_matches(frame.file)
+                ]
             user, builtin = -1, -1
-            for m in self._matchers:
-                if (m.rule.user and user >= 0) or not m(frame):
+            for m in matchers:
+                if (m.rule.user and user >= 0) or not m.name_matches(frame):
                     continue
                 pid = LEAF_PHASES.index(m.rule.phase)
                 if m.rule.user:
@@ -202,7 +216,12 @@ class Classifier:
 
     def push(self, state: tuple[int, int], frame: Frame) -> tuple[int, int]:
         """The state of ``prefix + [frame]`` given the state of ``prefix``."""
-        user, builtin = self.frame_match(frame)
+        return self.push_match(state, self.frame_match(frame))
+
+    @staticmethod
+    def push_match(state: tuple[int, int], match: tuple[int, int]) -> tuple[int, int]:
+        """``push`` of a frame whose ``frame_match`` is ``match``."""
+        user, builtin = match
         parent_user, parent_builtin = state
         if user < 0:
             user = parent_user
@@ -231,13 +250,14 @@ def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np
     ``rules`` defaults to ``profile_rules(profile)`` (built-ins plus declared scopes).
     """
     classifier = Classifier(profile_rules(profile) if rules is None else rules)
-    frames = profile.frames
+    matches = [classifier.frame_match(f) for f in profile.frames]
+    push, phase_id = classifier.push_match, classifier.phase_id
     n = len(profile.stack_parent)
     states: list[tuple[int, int]] = [(-1, -1)] * n
     out = [OTHER] * n
     for i, (parent, fid) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
-        state = states[i] = classifier.push(states[parent] if parent >= 0 else (-1, -1), frames[fid])
-        out[i] = classifier.phase_id(state)
+        state = states[i] = push(states[parent] if parent >= 0 else (-1, -1), matches[fid])
+        out[i] = phase_id(state)
     return np.asarray(out, dtype=np.int8)
 
 
