@@ -529,8 +529,15 @@ def test_a_manual_loop_without_optim_or_dataloader_matches_its_own_timers():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 4))
-    batches = [(torch.randn(32, 128), torch.randint(0, 4, (32,))) for _ in range(8)]
+    # steps of a few ms: a loop whose period is near the sampling interval aliases with it
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 4),
+    )
+    batches = [(torch.randn(64, 256), torch.randint(0, 4, (64,))) for _ in range(8)]
     spent = dict.fromkeys(("forward", "backward"), 0.0)
     steps = 0
     try:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..model.frames import Labeler
 from ..model.profile import Frame, Profile
+from .ancestry import Ancestry
 from .phases import LEAF_PHASES, Rule, is_import, phase_of_samples, profile_rules
 from .steps import StepTable, find_steps, loop_thread
 
@@ -94,15 +95,20 @@ def analyze(
     )
     steps = find_steps(profile, sample_phase, thread)
     frames = profile.frames
+    tree = Ancestry(profile.stack_parent)
     layer_weight = stack_weights(profile, profile.sample_wall, loop)
-    layers = rank_frames(profile, layer_weight, [f.kind == "layer" for f in frames], None, lambda f: f.name)
+    layers = rank_frames(
+        profile, layer_weight, [f.kind == "layer" for f in frames], None, lambda f: f.name, tree
+    )
     weights = profile.weights(mode)
     labeler = Labeler(profile.meta)
     waiting = np.zeros(profile.num_samples, dtype=bool)
     if not idle and profile.sample_cpu.sum() > 0:  # only a profile with CPU times can tell
         waiting = ~loop & (profile.sample_cpu < IDLE_CPU_SHARE * profile.sample_wall)
     code_weight = stack_weights(profile, weights, ~waiting)
-    functions = rank_frames(profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label)
+    functions = rank_frames(
+        profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label, tree
+    )
     importing = loop & np.append(stack_has(profile, is_import), False)[profile.sample_stack]
     startup = loop & (profile.sample_time < steps.bounds[0]) if steps.count else np.zeros_like(loop)
     wall = profile.sample_wall
@@ -147,20 +153,34 @@ def rank_frames(
     wanted: list[bool],
     top: int | None,
     name: Callable[[Frame], str],
+    ancestry: Ancestry | None = None,
 ) -> list[Row]:
     """Top ``top`` (None: all) frames of the wanted kind by self time (innermost wanted frame) and total time
-    (every stack containing it, counted once), merged by display name."""
-    self_s: dict[str, float] = {}
-    total_s: dict[str, float] = {}
-    stacks = profile.all_stack_frames()
-    frames = profile.frames
-    for sid in np.nonzero(stack_weight)[0].tolist():
-        w = float(stack_weight[sid])
-        names = [name(frames[f]) for f in stacks[sid] if wanted[f]]
-        if not names:
-            continue
-        self_s[names[-1]] = self_s.get(names[-1], 0.0) + w
-        for n in set(names):
-            total_s[n] = total_s.get(n, 0.0) + w
-    ordered = sorted(total_s, key=lambda n: (-self_s.get(n, 0.0), -total_s[n], n))
-    return [Row(n, self_s.get(n, 0.0), total_s[n]) for n in ordered[:top]]
+    (every stack containing it, counted once), merged by display name.
+
+    Linear in the stack table however deep the stacks: a stack's innermost name comes from its parent's,
+    and a name's total is the sum of the subtrees of its outermost frames (those with no caller of the
+    same name), never a list of frames per stack. ``ancestry`` is the stack table's, when the caller has it.
+    """
+    ids: dict[str, int] = {}
+    frame_name = np.full(len(profile.frames), -1, dtype=np.int64)
+    for fid, frame in enumerate(profile.frames):
+        if wanted[fid]:
+            frame_name[fid] = ids.setdefault(name(frame), len(ids))
+    names = list(ids)
+    tree = ancestry or Ancestry(profile.stack_parent)
+    key = frame_name[profile.stack_frame]
+    sampled = np.flatnonzero(stack_weight)
+    inner = tree.innermost(key)[sampled]
+    named = inner >= 0
+    # the weights of the sampled stacks added in stack order, as a running sum per name
+    self_s = np.bincount(inner[named], weights=stack_weight[sampled][named], minlength=len(names))
+    (below,) = tree.subtree_sums(np.asarray(stack_weight, dtype=np.float64))
+    outer = tree.first_occurrence(key)
+    total_s = np.bincount(key[outer], weights=below[outer], minlength=len(names))
+    present = np.zeros(len(names), dtype=bool)
+    present[inner[named]] = True
+    present[key[outer][below[outer] != 0]] = True
+    self_l, total_l = self_s.tolist(), total_s.tolist()
+    ordered = sorted(np.flatnonzero(present).tolist(), key=lambda i: (-self_l[i], -total_l[i], names[i]))
+    return [Row(names[i], self_l[i], total_l[i]) for i in ordered[:top]]

@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import FlameprofError
 from ..model.frames import Labeler
 from ..model.profile import Frame, Profile
+from .ancestry import Ancestry
 from .breakdown import Analysis, analyze, rank_frames, stack_has, stack_weights
 from .phases import LEAF_PHASES, PHASES
 
@@ -152,10 +153,14 @@ def item_seconds(analysis: Analysis, basis: Basis) -> dict[tuple[str, str], floa
             )
     weights = stack_weights(profile, profile.sample_wall, basis.mask)
     frames = profile.frames
-    for row in rank_frames(profile, weights, [f.kind == "layer" for f in frames], None, lambda f: f.name):
+    tree = Ancestry(profile.stack_parent)
+    for row in rank_frames(
+        profile, weights, [f.kind == "layer" for f in frames], None, lambda f: f.name, tree
+    ):
         out[("layer", row.name)] = row.total_s
     labeler = Labeler(profile.meta)
-    for row in rank_frames(profile, weights, [f.kind in _CODE_KINDS for f in frames], None, labeler.label):
+    code = [f.kind in _CODE_KINDS for f in frames]
+    for row in rank_frames(profile, weights, code, None, labeler.label, tree):
         out[("fn", row.name)] = row.total_s
     return out
 

@@ -123,12 +123,18 @@ class _Matcher:
         self.name = re.compile(fnmatch.translate(name))
 
     def __call__(self, frame: Frame) -> bool:
+        return self.file_matches(frame.file) and self.name_matches(frame)
+
+    def file_matches(self, file: str) -> bool:
+        if self.path is None:
+            return True
+        path = file.replace("\\", "/")
+        return bool(path and self.path.match(path))
+
+    def name_matches(self, frame: Frame) -> bool:
+        """The rule's kind and name glob (its path glob is ``file_matches``)."""
         if self.rule.kind and frame.kind != self.rule.kind:
             return False
-        if self.path is not None:
-            path = frame.file.replace("\\", "/")
-            if not path or not self.path.match(path):
-                return False
         name = frame.name
         return bool(self.name.match(name) or self.name.match(name.rsplit(".", 1)[-1]))
 
@@ -199,14 +205,22 @@ class Classifier:
         rules = default_rules() if rules is None else list(rules)
         self._matchers = [r.compile() for r in rules]
         self._cache: dict[Frame, tuple[int, int]] = {}
+        # file -> the matchers whose path glob it matches (or that have none): most rules name a file
+        # of torch, so the frames of other files try only the few rules without a path
+        self._by_file: dict[str, list[_Matcher]] = {}
 
     def frame_match(self, frame: Frame) -> tuple[int, int]:
         """(user phase id or -1, best built-in phase id or -1) of one frame."""
         hit = self._cache.get(frame)
         if hit is None:
+            matchers = self._by_file.get(frame.file)
+            if matchers is None:
+                matchers = self._by_file[frame.file] = [
+                    m for m in self._matchers if m.file_matches(frame.file)
+                ]
             user, builtin = -1, -1
-            for m in self._matchers:
-                if (m.rule.user and user >= 0) or not m(frame):
+            for m in matchers:
+                if (m.rule.user and user >= 0) or not m.name_matches(frame):
                     continue
                 pid = LEAF_PHASES.index(m.rule.phase)
                 if m.rule.user:
@@ -218,11 +232,18 @@ class Classifier:
 
     def push(self, state: tuple[int, int, int], frame: Frame) -> tuple[int, int, int]:
         """The state of ``prefix + [frame]`` given the state of ``prefix``."""
-        user, builtin = self.frame_match(frame)
+        return self.push_match(state, self.frame_match(frame), _calls_back(frame))
+
+    @staticmethod
+    def push_match(
+        state: tuple[int, int, int], match: tuple[int, int], calls_back: bool
+    ) -> tuple[int, int, int]:
+        """``push`` of a frame whose ``frame_match`` is ``match`` and ``_calls_back`` is ``calls_back``."""
+        user, builtin = match
         parent_user, parent_builtin, outside = state
         if user < 0:
             user = parent_user
-        if parent_builtin == OPTIMIZER and builtin < 0 and _calls_back(frame):
+        if parent_builtin == OPTIMIZER and builtin < 0 and calls_back:
             parent_builtin = outside  # the optimizer called the program back: as if it were not there
         if builtin == OPTIMIZER and parent_builtin != OPTIMIZER:
             outside = parent_builtin
@@ -266,13 +287,15 @@ def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np
     ``rules`` defaults to ``profile_rules(profile)`` (built-ins plus declared scopes).
     """
     classifier = Classifier(profile_rules(profile) if rules is None else rules)
-    frames = profile.frames
+    matches = [classifier.frame_match(f) for f in profile.frames]
+    callbacks = [_calls_back(f) for f in profile.frames]
+    push, phase_id = classifier.push_match, classifier.phase_id
     n = len(profile.stack_parent)
     states: list[tuple[int, int, int]] = [START] * n
     out = [OTHER] * n
     for i, (parent, fid) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
-        state = states[i] = classifier.push(states[parent] if parent >= 0 else START, frames[fid])
-        out[i] = classifier.phase_id(state)
+        state = states[i] = push(states[parent] if parent >= 0 else START, matches[fid], callbacks[fid])
+        out[i] = phase_id(state)
     return np.asarray(out, dtype=np.int8)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..model.frames import Labeler
 from ..model.profile import Frame, Profile
+from .ancestry import by_depth, depths, subtree_sums
 from .views import display_stacks
 
 
@@ -91,7 +92,7 @@ class CallTree:
         running = np.cumsum(child_totals) - child_totals  # exclusive prefix sums in child order
         before[order] = running - running[starts[self.parent[order]]]
         start = np.zeros(len(self))
-        for level in _by_depth(self.depth)[1:]:
+        for level in by_depth(self.depth)[1:]:
             start[level] = start[self.parent[level]] + before[level]
         return start
 
@@ -219,7 +220,7 @@ def _finish(
     self_n: np.ndarray,
     unit: str,
 ) -> CallTree:
-    depth = _depths(parent)
+    depth = depths(parent)
     label_ids: dict[str, int] = {}
     display_frames: list[Frame] = []  # the first frame of each distinct label
     frame_label = np.empty(len(frames), dtype=np.int32)
@@ -236,42 +237,10 @@ def _finish(
         parent, node_label, depth, self_w, self_n = _merge_same_label(
             parent, node_label, depth, self_w, self_n
         )
-    total, samples = _subtree_sums(parent, depth, self_w, self_n)
+    total, samples = subtree_sums(parent, by_depth(depth), self_w, self_n)
     return CallTree(
         display_frames, list(label_ids), parent, node_label, depth, total, self_w, samples, self_n, unit
     )
-
-
-def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
-    """Node indexes grouped by depth, ascending within each group."""
-    deepest = int(depth.max()) if len(depth) else 0
-    # a stable sort of 16-bit keys is a radix sort: several times faster on millions of nodes
-    order = np.argsort(depth.astype(np.uint16) if deepest < 1 << 16 else depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(deepest + 2))
-    return [order[bounds[d] : bounds[d + 1]] for d in range(len(bounds) - 1)]
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of each node by pointer jumping: each round adds the distance to the ancestor reached so
-    far and jumps twice as far, so ~log2(max depth) vectorised rounds over whole columns (roots point
-    to themselves and add 0, so no round needs a mask)."""
-    depth = (parent >= 0).astype(np.int32)
-    ancestor = np.where(parent >= 0, parent, np.arange(len(parent), dtype=parent.dtype))
-    while True:
-        jumped = ancestor[ancestor]
-        if np.array_equal(jumped, ancestor):
-            return depth
-        depth += depth[ancestor]
-        ancestor = jumped
-
-
-def _subtree_sums(parent: np.ndarray, depth: np.ndarray, *selfs: np.ndarray) -> list[np.ndarray]:
-    totals = [s.copy() for s in selfs]
-    for level in reversed(_by_depth(depth)[1:]):
-        up = parent[level]
-        for t in totals:
-            np.add.at(t, up, t[level])
-    return totals
 
 
 def _merge_same_label(parent, node_label, depth, self_w, self_n):
@@ -279,7 +248,7 @@ def _merge_same_label(parent, node_label, depth, self_w, self_n):
     new_id = np.zeros(len(parent), dtype=np.int64)
     new_parent, new_label, new_depth = [np.array([-1])], [np.array([-1])], [np.array([0])]
     count = 1
-    for d, level in enumerate(_by_depth(depth)[1:], 1):
+    for d, level in enumerate(by_depth(depth)[1:], 1):
         keys = new_id[parent[level]] * (int(node_label.max()) + 1) + node_label[level]
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         new_id[level] = count + inverse

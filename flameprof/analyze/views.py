@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..model.profile import Frame, Profile, iter_stacks
-from .phases import Classifier, profile_rules
+import numpy as np
+
+from ..model.profile import Frame, Profile, iter_stacks, sampled_stacks
+from .phases import LEAF_PHASES, OTHER, phase_of_stacks
 
 VIEWS = ("code", "layers", "phases")
 _ROOT_KINDS = ("process", "thread")
@@ -32,10 +34,17 @@ def display_stacks(
             yield [frames[i] for i in ids], weight
         return
     merged: dict[tuple[Frame, ...], float] = {}
-    transform = _layers_only if view == "layers" else _under_phase(profile)
-    for ids, weight in iter_stacks(profile, mode):
-        key = tuple(transform([frames[i] for i in ids]))
-        merged[key] = merged.get(key, 0.0) + weight
+    if view == "layers":
+        for ids, weight in iter_stacks(profile, mode):
+            key = tuple(_layers_only([frames[i] for i in ids]))
+            merged[key] = merged.get(key, 0.0) + weight
+    else:
+        # each stack's phase once, from its parent's (not by classifying every sampled stack's frames)
+        phase_names = [phase_frames(p) for p in LEAF_PHASES]
+        phase = np.append(phase_of_stacks(profile), OTHER).tolist()  # index -1: the empty stack
+        for sid, ids, weight in sampled_stacks(profile, mode):
+            key = tuple(_under_phase([frames[i] for i in ids], phase_names[phase[sid]]))
+            merged[key] = merged.get(key, 0.0) + weight
     for key, weight in merged.items():
         yield list(key), weight
 
@@ -54,11 +63,7 @@ def phase_frames(phase: str) -> list[Frame]:
     return [Frame(name, kind="marker") for name in names]
 
 
-def _under_phase(profile: Profile):
-    classifier = Classifier(profile_rules(profile))
-
-    def under_phase(stack: list[Frame]) -> list[Frame]:  # process/thread roots stay above the phase
-        roots = next((i for i, f in enumerate(stack) if f.kind not in _ROOT_KINDS), len(stack))
-        return stack[:roots] + phase_frames(classifier.classify(stack)) + stack[roots:]
-
-    return under_phase
+def _under_phase(stack: list[Frame], phase: list[Frame]) -> list[Frame]:
+    """``stack`` below the frames of its ``phase``; process/thread roots stay above them."""
+    roots = next((i for i, f in enumerate(stack) if f.kind not in _ROOT_KINDS), len(stack))
+    return stack[:roots] + phase + stack[roots:]

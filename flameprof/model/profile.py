@@ -16,7 +16,16 @@ import numpy as np
 
 from .records import FRAME_KINDS, SAMPLE_COLUMNS, Frame, Mark, ProcessInfo, ThreadInfo
 
-__all__ = ["FRAME_KINDS", "Frame", "Mark", "ProcessInfo", "Profile", "ThreadInfo", "iter_stacks"]
+__all__ = [
+    "FRAME_KINDS",
+    "Frame",
+    "Mark",
+    "ProcessInfo",
+    "Profile",
+    "ThreadInfo",
+    "iter_stacks",
+    "sampled_stacks",
+]
 
 
 def _f64(values: Iterable[float] = ()) -> np.ndarray:
@@ -106,8 +115,10 @@ class Profile:
         return out
 
     def all_stack_frames(self) -> list[tuple[int, ...]]:
-        """Frame-id tuples of every interned stack, computed once in parent order (parents precede
-        children)."""
+        """Frame-id tuples of every interned stack, computed once in parent order (parents precede children).
+
+        Quadratic in the depth of deep stacks (every prefix is a stack with its own tuple): for tests and
+        small profiles; analyses and renderers walk parents or work a depth level at a time instead."""
         out: list[tuple[int, ...]] = [()] * len(self.stack_parent)
         parents = self.stack_parent.tolist()
         frames = self.stack_frame.tolist()
@@ -137,12 +148,29 @@ class Profile:
 
 
 def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:
-    """Aggregate samples into (root-first frame ids, summed weight), the input of tree and folded
+    """Aggregate samples into (root-first frame ids, summed weight): the input of tree and folded
     renderers."""
+    for _, ids, weight in sampled_stacks(profile, mode):
+        yield ids, weight
+
+
+def sampled_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[int, tuple[int, ...], float]]:
+    """``iter_stacks`` with each stack's id first (-1 for the empty stack), in order of stack id.
+
+    Each sampled stack's frames come from a walk up its parents, so the work is the size of the stacks
+    yielded (the folded text of the profile); the frames of unsampled prefixes are never listed, which
+    for a deep recursion would be quadratic in its depth.
+    """
     weights = profile.weights(mode)
     if not profile.num_samples:
         return
     sums = np.bincount(profile.sample_stack + 1, weights=weights, minlength=len(profile.stack_parent) + 1)
-    stacks = profile.all_stack_frames()
+    parents, frames = profile.stack_parent.tolist(), profile.stack_frame.tolist()
     for sid in np.nonzero(sums)[0].tolist():
-        yield (stacks[sid - 1] if sid else ()), float(sums[sid])
+        ids = []
+        stack = sid - 1
+        while stack >= 0:
+            ids.append(frames[stack])
+            stack = parents[stack]
+        ids.reverse()
+        yield sid - 1, tuple(ids), float(sums[sid])

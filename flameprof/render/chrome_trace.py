@@ -41,21 +41,23 @@ class NodeTree:
         self.depth = np.asarray(depth, dtype=np.int64)
 
     def common_ancestor(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Per pair, the deepest node that is an ancestor of (or equal to) both."""
+        """Per pair, the deepest node that is an ancestor of (or equal to) both.
+
+        Each round moves only the pairs still apart one level up, so the work is the length of the
+        paths walked, not the number of pairs times the depth of the deepest stack."""
         a, b = a.copy(), b.copy()
         parent, depth = self.parent, self.depth
         for x, y in ((a, b), (b, a)):
-            while True:
-                deeper = depth[x] > depth[y]
-                if not deeper.any():
-                    break
-                x[deeper] = parent[x[deeper]]
-        while True:
-            differ = a != b
-            if not differ.any():
-                return a
-            a[differ] = parent[a[differ]]
-            b[differ] = parent[b[differ]]
+            i = np.flatnonzero(depth[x] > depth[y])
+            while len(i):
+                x[i] = parent[x[i]]
+                i = i[depth[x[i]] > depth[y[i]]]
+        i = np.flatnonzero(a != b)
+        while len(i):
+            a[i] = parent[a[i]]
+            b[i] = parent[b[i]]
+            i = i[a[i] != b[i]]
+        return a
 
     def walk(self, nodes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
         """Begin/end events of a visit of ``nodes`` over runs [start, end): (time, node, is_begin), in order.
@@ -70,15 +72,15 @@ class NodeTree:
         stop = self.depth[self.common_ancestor(src, dst)]
         keys, which, begins = [], [], []
         for cursor, is_begin in ((src, False), (dst, True)):
-            cursor = cursor.copy()
-            index = np.arange(len(cursor))
-            active = self.depth[cursor] > stop
-            while active.any():
-                keys.append(index[active])
-                which.append(cursor[active])
-                begins.append(np.full(int(active.sum()), is_begin))
-                cursor[active] = self.parent[cursor[active]]
-                active = self.depth[cursor] > stop
+            index = np.flatnonzero(self.depth[cursor] > stop)  # the transitions with a node to visit
+            node = cursor[index]
+            while len(index):
+                keys.append(index)
+                which.append(node)
+                begins.append(np.full(len(index), is_begin))
+                node = self.parent[node]
+                deeper = self.depth[node] > stop[index]
+                index, node = index[deeper], node[deeper]
         if not keys:
             empty = np.zeros(0)
             return empty, empty.astype(np.int64), empty.astype(bool)

@@ -49,10 +49,22 @@ def render_speedscope(profile: Profile, mode: str = "wall", name: str | None = N
         shared.append(entry)
     weights = profile.weights(mode)
     unit = weight_unit(profile, mode)
-    # The JSON text of each interned stack, built once from its parent's.
-    stack_text: list[str] = []
-    for parent, frame in zip(profile.stack_parent.tolist(), profile.stack_frame.tolist()):
-        stack_text.append(f"{stack_text[parent][:-1]},{frame}]" if parent >= 0 else f"[{frame}]")
+    # The JSON text of each sampled stack, once, from a walk up its parents: the texts of all the
+    # prefixes of a deep stack would be quadratic in its depth.
+    parents, frames = profile.stack_parent.tolist(), profile.stack_frame.tolist()
+    stack_text: dict[int, str] = {-1: "[]"}
+
+    def text(stack: int) -> str:
+        out = stack_text.get(stack)
+        if out is None:
+            ids = []
+            s = stack
+            while s >= 0:
+                ids.append(frames[s])
+                s = parents[s]
+            out = stack_text[stack] = "[" + ",".join(map(str, reversed(ids))) + "]"
+        return out
+
     parts = []
     order = sorted(
         range(len(profile.threads)), key=lambda t: (profile.threads[t].pid, profile.threads[t].tid)
@@ -63,7 +75,7 @@ def render_speedscope(profile: Profile, mode: str = "wall", name: str | None = N
         stacks, sums = stacks[keep], sums[keep]
         if not len(stacks):
             continue
-        samples = ",".join(stack_text[s] if s >= 0 else "[]" for s in stacks.tolist())
+        samples = ",".join(map(text, stacks.tolist()))
         head = json.dumps(
             {
                 "type": "sampled",

@@ -244,8 +244,11 @@ def _intern_stacks(ids, lengths):
     node = np.full(n, -1, dtype=np.int64)
     parents, frames, first_lines, depths = [], [], [], []
     count = 0
+    lines = np.arange(n)
     for k in range(int(lengths.max()) if n else 0):
-        lines = np.flatnonzero(lengths > k)  # ascending: first index = first line
+        # the lines still this deep, ascending (first index = first line); filtered from the previous
+        # level's, so one very deep line costs its own length, not its depth times the number of lines
+        lines = lines[lengths[lines] > k]
         keys, first, inverse = np.unique(
             (node[lines] + 1) * span + ids[starts[lines] + k], return_index=True, return_inverse=True
         )

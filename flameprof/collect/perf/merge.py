@@ -85,7 +85,6 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
     """
     assigned, matched = _assign(profile, perf, pid, offset)
     builder = _seeded_builder(profile)
-    perf_stacks = perf.all_stack_frames()
     tails: dict[int, tuple[int, ...]] = {}
     frame_map: dict[int, int] = {}
     grafts: dict[tuple[int, tuple[int, ...]], int] = {}
@@ -94,7 +93,9 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
         tail = tails.get(perf_stack)
         if tail is None:
             mapped = []
-            for f in native_tail(perf, perf_stacks[perf_stack]) if perf_stack >= 0 else ():
+            # the frames of this one stack, from a walk up its parents: a table of every prefix's
+            # frames would be quadratic in the depth of a deep stack
+            for f in native_tail(perf, tuple(perf.stack_frames(perf_stack))) if perf_stack >= 0 else ():
                 fid = frame_map.get(f)
                 if fid is None:
                     fid = frame_map[f] = builder.frame(perf.frames[f])
