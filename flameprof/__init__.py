@@ -28,5 +28,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext flameprof``: the ``%%flameprof`` cell magic and ``%flameprof`` line magic (IPython
+    is imported only then, like the rest of the API, on first use)."""
+    importlib.import_module(".integrations.notebook", __name__).load(ipython)
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))

@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The test extra: pytest and its helpers, ruff, the frameworks the integration tests drive
-# (Lightning, Hugging Face), and the overhead benchmark's comparison (pyinstrument). torch stays
-# pinned in the same command, so no framework can ask pip for another build.
+# (Lightning, Hugging Face, a Jupyter kernel), and the overhead benchmark's comparison
+# (pyinstrument). torch stays pinned in the same command, so no framework can ask pip for
+# another build.
 .venv/bin/pip install -q -e ".[test]" "torch==2.13.0"
 # The browser tests (tests/test_browser.py) open flame graphs in Debian's Chromium: install it when missing.
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
