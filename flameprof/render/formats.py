@@ -121,7 +121,6 @@ FORMATS: dict[str, Format] = {
     )
 }
 STANDARD = tuple(name for name, f in FORMATS.items() if f.standard)
-EXPORTS = tuple(name for name, f in FORMATS.items() if not f.standard)
 
 
 def write_formats(rendering: Rendering, base: str, names: tuple[str, ...]) -> list[str]:

@@ -15,4 +15,4 @@ class OutputOptions:
     title: str | None = None
     minwidth: float = 0.1  # pixels, as flamegraph.pl's --minwidth
     icicle: bool = False
-    formats: tuple[str, ...] = ()  # extra exports (formats.EXPORTS): speedscope, chrome, pprof, html
+    formats: tuple[str, ...] = ()  # more outputs (names in formats.FORMATS): speedscope, chrome, pprof, html
