@@ -8,10 +8,8 @@ import os
 import subprocess
 import sys
 
-import nbformat
 import torch  # noqa: F401  (the cells train a torch model: without torch, test_pythons.sh leaves this out)
 from conftest import REPO
-from nbclient import NotebookClient
 
 TRAIN = """\
 %%flameprof --rate 500 -o {out}
@@ -38,6 +36,9 @@ broken()
 
 
 def test_cell_magic_runs_the_cell_and_shows_the_report_below_it(tmp_path, monkeypatch):
+    import nbformat  # installed by the test setup, beside torch
+    from nbclient import NotebookClient
+
     prefix = tmp_path / "kernel"  # a kernelspec for this interpreter, not the machine's
     subprocess.run(
         [sys.executable, "-m", "ipykernel", "install", "--prefix", str(prefix), "--name", "fp"],
