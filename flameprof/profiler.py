@@ -29,10 +29,14 @@ class Profiler:
         rate: float = 100.0,
         mode: str = "wall",
         backward_layers: bool = False,
+        trace_steps: tuple[int, int] | None = None,
         **render_options: Any,
     ) -> None:
         if not 0 < rate <= 10_000:
             raise ValueError("rate must be in (0, 10000] Hz")
+        if trace_steps is not None and not 0 <= trace_steps[0] < trace_steps[1]:
+            raise ValueError("trace_steps must be (first, last) with 0 <= first < last")
+        self.trace_steps = trace_steps  # steps first..last-1 also traced by torch.profiler
         self.output = output
         self.rate = rate
         self.mode = mode
@@ -49,7 +53,7 @@ class Profiler:
     def start(self) -> Profiler:
         if self.running:
             raise RuntimeError("this Profiler is already running")
-        SESSION.acquire(self.rate, self.backward_layers)
+        SESSION.acquire(self.rate, self.backward_layers, self.trace_steps)
         assert SESSION.builder is not None
         self._first = SESSION.builder.num_samples
         self._t_start = SESSION.now()
@@ -95,7 +99,14 @@ class Profiler:
     def __call__(self, func: Callable) -> Callable:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            inner = Profiler(self.output, self.rate, self.mode, self.backward_layers, **self.render_options)
+            inner = Profiler(
+                self.output,
+                self.rate,
+                self.mode,
+                self.backward_layers,
+                self.trace_steps,
+                **self.render_options,
+            )
             try:
                 with inner:
                     return func(*args, **kwargs)

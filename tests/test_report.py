@@ -11,6 +11,7 @@ from flameprof.analyze.advice import verdict_level
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.profile import Frame, Mark
+from flameprof.render.ops_report import LAYER_KEYS
 from flameprof.render.report import render_report, report_data
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
@@ -155,7 +156,10 @@ def test_json_keys_are_stable():
         "total": 24.0,
         "self_percent": 60.0,
         "total_percent": 60.0,
+        # a traced window's costs (test_trace_window.py); None without one
+        **dict.fromkeys(LAYER_KEYS),
     }
+    assert (data["ops"], data["memory"], data["device"]) == ({}, {}, {})
     assert {"level", "input_bound", "data_percent", "basis", "text", "advice"} <= set(data["verdict"])
 
 

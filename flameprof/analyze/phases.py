@@ -141,12 +141,12 @@ class _Matcher:
 
 def split_pattern(pattern: str) -> tuple[str, str]:
     """``(path glob or "", name glob)``; the first single colon separates them (``::`` is part of a C++
-    name)."""
+    name, ``[:]`` a colon in the name)."""
     parts = _PATH_SEP.split(pattern, maxsplit=1)
     return (parts[0], parts[1]) if len(parts) == 2 else ("", pattern)
 
 
-_PATH_SEP = re.compile(r"(?<!:):(?!:)")
+_PATH_SEP = re.compile(r"(?<![:\[]):(?![:\]])")
 
 
 def parse_rule(text: str) -> Rule:
@@ -179,11 +179,14 @@ def scope_rules(profile: Profile) -> list[Rule]:
 
 
 def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
+    """``text`` as a glob matching itself: wildcards and colons (not a path separator) bracketed."""
+    return re.sub(r"([*?\[:])", r"[\1]", text)
 
 
 def default_rules() -> list[Rule]:
-    return [Rule(phase, pattern) for phase, pattern in BUILTIN_RULES]
+    # A layer frame is a module call wherever it comes from (a trace's module annotations have no
+    # Module._call_impl frame around them); its backward frame ``<path> (backward)`` is backward.
+    return [Rule(phase, pattern) for phase, pattern in BUILTIN_RULES] + [Rule("forward", "*", kind="layer")]
 
 
 def profile_rules(profile: Profile, user: Iterable[Rule] = ()) -> list[Rule]:

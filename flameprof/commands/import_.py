@@ -1,5 +1,6 @@
-"""``flameprof import``: turn py-spy, speedscope, perf script or folded output into a ``.flameprof``
-profile, so every renderer and report works on stacks from the tools people already use."""
+"""``flameprof import``: turn torch.profiler (Kineto), py-spy, speedscope, perf script or folded output
+into a ``.flameprof`` profile, so every renderer and report works on what the tools people already
+use recorded."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ IMPORT_FORMATS = tuple(f for f in FORMATS if f != "flameprof")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
-        help="convert py-spy, speedscope, perf script or folded stacks into a profile",
-        description="Read py-spy raw or speedscope output, perf script text or collapsed stacks "
+        help="convert torch.profiler traces, py-spy, speedscope, perf script or folded stacks into a profile",
+        description="Read a torch.profiler (Kineto) trace (.json or .json.gz), py-spy raw or speedscope "
+        "output, perf script text or collapsed stacks "
         "(format detected unless --from is given) and write a .flameprof profile.",
     )
     p.add_argument("input", metavar="INPUT", help="file to import, - for stdin")

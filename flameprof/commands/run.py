@@ -26,6 +26,17 @@ from .options import add_render_options, output_options, positive_rate, positive
 from .run_rescue import mark_finishing, start_watcher, write_snapshot
 
 
+def _trace_steps(text: str) -> tuple[int, int]:
+    from ..collect.engine.trace_window import parse_steps
+
+    try:
+        return parse_steps(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected FIRST:LAST steps with 0 <= FIRST < LAST, got {text!r}"
+        ) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
@@ -68,6 +79,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="attribute backward time to the layer whose gradients are computed (autograd hooks; "
         "slows the model's forward and backward, see docs/deep-learning.md)",
+    )
+    p.add_argument(
+        "--trace-steps",
+        type=_trace_steps,
+        metavar="FIRST:LAST",
+        help="also trace steps FIRST..LAST-1 with torch.profiler: ops with shapes and FLOPs, memory, "
+        "device kernels and copies, under the samples' layers and phases (docs/deep-learning.md)",
     )
     p.add_argument(
         "--native",
@@ -213,7 +231,13 @@ def run(args: argparse.Namespace) -> int:
         args.snapshot_every,
     )
     native = _start_native(args.rate) if args.native else None  # before sampling: perf takes a while to start
-    profiler = Profiler(outdir, rate=args.rate, mode=args.mode, backward_layers=args.backward_layers)
+    profiler = Profiler(
+        outdir,
+        rate=args.rate,
+        mode=args.mode,
+        backward_layers=args.backward_layers,
+        trace_steps=args.trace_steps,
+    )
     state = {"signal": None, "saved": False}
     if args.subprocesses:
         tree.profile_children_of_this_process()

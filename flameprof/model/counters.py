@@ -3,3 +3,7 @@ them, renderers draw them."""
 
 CPU_PERCENT = "cpu_percent"  # CPU time of the whole process per wall second, in % (can exceed 100)
 RSS_BYTES = "rss_bytes"  # resident set size
+TORCH_ALLOCATED_BYTES = "torch_allocated_bytes"  # the torch allocator's total (traced window, or CUDA)
+TORCH_RESERVED_BYTES = "torch_reserved_bytes"  # what the CUDA caching allocator holds from the driver
+GPU_UTIL_PERCENT = "gpu_util_percent"  # NVML: share of time a kernel ran on the GPU, in %
+GPU_MEMORY_BYTES = "gpu_memory_bytes"  # NVML: device memory in use, all processes

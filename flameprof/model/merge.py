@@ -18,6 +18,7 @@ import numpy as np
 from .builder import ProfileBuilder
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 from .records import short_command
+from .trace import Trace, concat, shifted
 
 
 def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessInfo]:
@@ -64,6 +65,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
     columns: dict[str, list[np.ndarray]] = {k: [] for k in ("time", "thread", "stack", "wall", "cpu")}
     marks: list[Mark] = []
     counters: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    traces: list[Trace] = []
     end = 0.0
     for profile, group in zip(profiles, infos):
         offset = float(profile.meta.get("start_time", 0.0)) - epoch
@@ -81,6 +83,8 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         columns["wall"].append(profile.sample_wall)
         columns["cpu"].append(profile.sample_cpu)
         marks.extend(Mark(m.time + offset, int(thread_map[m.thread]), m.name, m.value) for m in profile.marks)
+        if profile.trace is not None:
+            traces.append(shifted(profile.trace, offset))
         for name, (t, v) in profile.counters.items():
             key = f"{label}: {name}" if label else name
             old_t, old_v = counters.get(key, (np.zeros(0), np.zeros(0)))
@@ -101,6 +105,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         marks=sorted(marks, key=lambda m: m.time),
         counters={k: _by_time(t, v) for k, (t, v) in counters.items()},
         meta=_merged_meta(profiles, infos, epoch, end, hosts),
+        trace=concat(traces),
     )
     merged.validate()
     return merged

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .records import FRAME_KINDS, SAMPLE_COLUMNS, Frame, Mark, ProcessInfo, ThreadInfo
+from .trace import Trace
 
 __all__ = [
     "FRAME_KINDS",
@@ -53,6 +54,7 @@ class Profile:
     marks: list[Mark] = field(default_factory=list)
     counters: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    trace: Trace | None = None  # the traced window's ops, device activity and memory, when one ran
 
     def __post_init__(self) -> None:
         self.stack_parent = _i32(self.stack_parent)
@@ -145,6 +147,8 @@ class Profile:
             raise ValueError("sample stack out of range")
         if n and (self.sample_thread.min() < 0 or self.sample_thread.max() >= len(self.threads)):
             raise ValueError("sample thread out of range")
+        if self.trace is not None:
+            self.trace.validate()
 
 
 def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:

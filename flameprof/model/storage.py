@@ -11,6 +11,8 @@ Layout (format version 1, documented in docs/file-format.md):
   sample_time.npy  int64 microseconds since meta.start_time
   sample_thread.npy int32, sample_stack.npy int32
   sample_wall.npy, sample_cpu.npy  int64 microseconds
+  trace.json, trace_events_<column>.npy, trace_memory_<column>.npy
+                   only when a traced window ran (model/trace.py has the columns)
 Writes go to a temporary file renamed into place, so a reader never sees half a profile.
 """
 
@@ -27,6 +29,7 @@ from ..atomic import write_bytes
 from ..errors import FlameprofError
 from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from .trace import EVENT_COLUMNS, MEMORY_COLUMNS, Trace
 
 _US = 1e6
 
@@ -61,6 +64,11 @@ def dumps(profile: Profile) -> bytes:
         "sample_wall": _us(profile.sample_wall),
         "sample_cpu": _us(profile.sample_cpu),
     }
+    if profile.trace is not None:
+        trace = profile.trace
+        tables["trace.json"] = {"names": trace.names, "steps": trace.steps, "params": trace.params}
+        columns.update({f"trace_events_{k}": v for k, v in trace.events.items()})
+        columns.update({f"trace_memory_{k}": v for k, v in trace.memory.items()})
     return pack(
         {name: json_text(table) for name, table in tables.items()},
         {name: _npy(column) for name, column in columns.items()},
@@ -117,6 +125,7 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
                 marks=[Mark(float(t), int(th), str(n), str(v)) for t, th, n, v in table("marks.json")],
                 counters=counters,
                 meta=meta,
+                trace=_trace(zf, table, column),
             )
             profile.validate()
             return profile
@@ -132,6 +141,20 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
         UnicodeDecodeError,
     ) as exc:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
+
+
+def _trace(zf: zipfile.ZipFile, table, column) -> Trace | None:
+    """The traced window's members, when the file has them."""
+    if "trace.json" not in zf.namelist():
+        return None
+    head = table("trace.json")
+    return Trace(
+        names=[str(n) for n in head["names"]],
+        events={k: column(f"trace_events_{k}") for k in EVENT_COLUMNS},
+        memory={k: column(f"trace_memory_{k}") for k in MEMORY_COLUMNS},
+        steps=[(float(a), float(b)) for a, b in head["steps"]],
+        params={str(k): (int(c), int(b)) for k, (c, b) in head["params"].items()},
+    )
 
 
 def load(path: str | os.PathLike) -> Profile:

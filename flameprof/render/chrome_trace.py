@@ -20,11 +20,26 @@ import numpy as np
 
 from ..analyze.threads import process_label
 from ..errors import FlameprofError
-from ..model.counters import CPU_PERCENT, RSS_BYTES
+from ..model.counters import (
+    CPU_PERCENT,
+    GPU_MEMORY_BYTES,
+    GPU_UTIL_PERCENT,
+    RSS_BYTES,
+    TORCH_ALLOCATED_BYTES,
+    TORCH_RESERVED_BYTES,
+)
 from ..model.frames import Labeler
 from ..model.profile import Profile
 
-_COUNTERS = {CPU_PERCENT: ("CPU %", 1.0), RSS_BYTES: ("RSS (MiB)", 1.0 / (1 << 20))}
+_MIB = 1.0 / (1 << 20)
+_COUNTERS = {
+    CPU_PERCENT: ("CPU %", 1.0),
+    RSS_BYTES: ("RSS (MiB)", _MIB),
+    TORCH_ALLOCATED_BYTES: ("torch allocated (MiB)", _MIB),
+    TORCH_RESERVED_BYTES: ("torch reserved (MiB)", _MIB),
+    GPU_UTIL_PERCENT: ("GPU util %", 1.0),
+    GPU_MEMORY_BYTES: ("GPU memory (MiB)", _MIB),
+}
 _SCOPE_KINDS = ("layer", "scope")
 _CHUNK = 100_000
 

@@ -23,6 +23,7 @@ from ..analyze.phases import LEAF_PHASES, PHASES, Rule
 from ..analyze.processes import processes_report
 from ..model.profile import Profile
 from . import markdown
+from .ops_report import add_layer_costs, format_ops_markdown, format_ops_text, ops_sections
 
 FORMATS = ("text", "markdown", "json")
 REPORT_VERSION = 1
@@ -109,6 +110,9 @@ def report_data(
     analysis = analysis or analyze(profile, rules, mode, TOP, idle)
     verdict = judge(analysis)
     _, basis = basis_seconds(analysis)
+    traced = ops_sections(profile)
+    layers = _rows(analysis.layers, analysis.loop_seconds)
+    add_layer_costs(layers, traced["ops"])
     return {
         "report_version": REPORT_VERSION,
         "source": source,
@@ -126,7 +130,7 @@ def report_data(
             "imports": _r(analysis.startup_import_seconds),
             "imports_whole_run": _r(analysis.import_seconds),
         },
-        "layers": _rows(analysis.layers, analysis.loop_seconds),
+        "layers": layers,
         "functions": _rows(analysis.functions, analysis.function_total),
         "idle_left_out": _r(analysis.idle_left_out),
         "verdict": {
@@ -139,6 +143,7 @@ def report_data(
             "advice": verdict.advice,
         },
         "processes": processes_report(profile, rules),
+        **traced,
     }
 
 
@@ -275,6 +280,7 @@ def format_text(data: dict, top: int = TOP) -> str:
                 f"{row['total_percent']:5.1f}%  "
                 f"{row['name']}"
             )
+    out += format_ops_text(data, top)
     return "\n".join(out) + "\n"
 
 
@@ -336,6 +342,7 @@ def format_markdown(data: dict, top: int = TOP) -> str:
             )
         if idle_note(data):
             out += ["", f"*{markdown.text(idle_note(data))}*"]
+    out += format_ops_markdown(data, top)
     return "\n".join(out) + "\n"
 
 

@@ -12,6 +12,7 @@ import functools
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,6 +29,7 @@ _get_ident = threading.get_ident
 _THREAD = threading.local()  # .index: (session, pid, this thread's index in the builder), see mark()
 _SESSION = 0  # counts activate() calls
 user_steps = False  # set once flameprof.step() was called in this session: it then defines the steps
+step_listeners: list[Callable[[], None]] = []  # called at each flameprof.step() (the traced window)
 
 
 def activate(sampler: Any, builder: Any) -> None:
@@ -194,6 +196,22 @@ def mark(name: str, value: str = "") -> None:
     builder.marks.append(Mark(now, cached[2], name, value))
 
 
+class FirstOptimizer:
+    """Tells the steps of the program's loop from optimizer steps: those of the first optimizer seen
+    (a GAN's second optimizer steps inside the same step), none once ``flameprof.step()`` is used."""
+
+    def __init__(self) -> None:
+        self._first: Callable[[], Any] | None = None
+
+    def is_step(self, optimizer: Any) -> bool:
+        if user_steps:
+            return False
+        first = self._first() if self._first is not None else None
+        if first is None:
+            self._first, first = weakref.ref(optimizer), optimizer
+        return first is optimizer
+
+
 def step() -> None:
     """Mark the end of a training or inference step; once called, these marks define the steps."""
     global user_steps
@@ -203,3 +221,5 @@ def step() -> None:
         user_steps = True
         _BUILDER.marks[:] = [m for m in _BUILDER.marks if not (m.name == "step" and m.value != "user")]
     mark("step", "user")
+    for listener in step_listeners:
+        listener()

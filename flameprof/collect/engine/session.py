@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -17,7 +18,9 @@ from ...model.builder import ProfileBuilder
 from . import scopes, torch_hooks
 from .choose_sampler import make_sampler
 from .counters import CounterRecorder
+from .layers import NAMER
 from .sampler_base import SamplerBase
+from .trace_window import TraceWindow, read_window
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
@@ -33,15 +36,24 @@ class _Session:
         self.counters: CounterRecorder | None = None
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
+        self.window: TraceWindow | None = None
 
-    def acquire(self, rate: float, backward_layers: bool = False) -> None:
+    def acquire(
+        self, rate: float, backward_layers: bool = False, trace_steps: tuple[int, int] | None = None
+    ) -> None:
+        """Start sampling with the first user; ``trace_steps`` (first, last) also traces those steps."""
         with self.lock:
             if self.users == 0:
                 self.builder = ProfileBuilder()
                 self.start_time = time.time()
                 self.sampler = make_sampler(self.builder, rate)
                 scopes.activate(self.sampler, self.builder)
-                torch_hooks.install(self.sampler, backward_layers)
+                hooks = torch_hooks.install(self.sampler, backward_layers)
+                self.window = None
+                if trace_steps is not None:
+                    directory = tempfile.mkdtemp(prefix="flameprof-trace-")
+                    self.window = TraceWindow(*trace_steps, directory, NAMER)
+                    hooks.add_window(self.window)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)
                 self.sampler.tick_hooks.append(self.counters.tick)
@@ -73,6 +85,13 @@ class _Session:
         if self.counters is not None:
             start = float(meta.get("window_start", 0.0))
             profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))
+        if self.window is not None:
+            self.window.close()
+            profile.trace = read_window(self.window, self.start_time)
+            if profile.trace is not None:
+                from ..importers.kineto_profile import memory_counters  # numpy: only when taking a profile
+
+                profile.counters.update(memory_counters(profile.trace))
         sampler = self.sampler
         rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
         profile.meta = dict(

@@ -58,7 +58,8 @@ class TorchHooks:
         self.sampler = sampler
         self._undo: list[Callable[[], None]] = []
         self._pending = ["layers", "optimizer", "dataloader"] + (["backward"] if backward_layers else [])
-        self._optimizer: Callable[[], Any] | None = None
+        self.window: Any = None  # a TraceWindow, installed once torch.optim is there
+        self._steps = scopes.FirstOptimizer()
         self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
         self._backward = threading.local()
 
@@ -69,6 +70,7 @@ class TorchHooks:
             ("optimizer", "torch.optim.optimizer"),
             ("dataloader", "torch.utils.data.dataloader"),
             ("backward", "torch.nn.modules.module"),
+            ("window", "torch.optim.optimizer"),
         ):
             if part in self._pending:
                 module = _ready(module_name)
@@ -78,6 +80,15 @@ class TorchHooks:
                         getattr(self, "_install_" + part)(module)
                     except Exception:  # a torch without this API: profile without this part
                         pass
+
+    def add_window(self, window: Any) -> None:
+        """Count steps for a traced window (trace_window.py) once torch's optimizer module is there."""
+        self.window = window
+        self._pending.append("window")
+        self.install_available()
+
+    def _install_window(self, module: Any) -> None:
+        self.window.install(sys.modules["torch"])
 
     def uninstall(self) -> None:
         self._pending = []
@@ -126,12 +137,7 @@ class TorchHooks:
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
-            if scopes.user_steps:
-                return
-            first = self._optimizer() if self._optimizer is not None else None
-            if first is None:
-                self._optimizer, first = weakref.ref(optimizer), optimizer
-            if first is optimizer:
+            if self._steps.is_step(optimizer):
                 scopes.mark("step", "optimizer")
         except Exception:
             pass

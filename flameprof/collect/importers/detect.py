@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-FORMATS = ("flameprof", "speedscope", "perf", "pyspy", "folded")
+FORMATS = ("flameprof", "kineto", "speedscope", "perf", "pyspy", "folded")
 HEAD = 64 << 10
 
 # A perf script sample: an unindented event line, then indented "address symbol (module)" lines.
@@ -18,9 +18,11 @@ def detect_format(head: bytes) -> str:
 
     if storage.is_flameprof_file(head[:4]):
         return "flameprof"
+    if head.startswith(b"\x1f\x8b"):  # gzip: torch.profiler's .json.gz traces
+        return "kineto"
     stripped = head.lstrip()
     if stripped.startswith(b"{"):
-        return "speedscope"
+        return "kineto" if b'"traceEvents"' in head or b'"schemaVersion"' in head else "speedscope"
     lines = [line for line in head.split(b"\n")[:200] if line.strip() and not line.startswith(b"#")]
     if any(_PERF_FRAME.match(line) for line in lines[:50]) or head.startswith(b"# ========\n# captured on"):
         return "perf"

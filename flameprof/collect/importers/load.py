@@ -16,6 +16,7 @@ from ...model import storage
 from ...model.profile import Profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
+from .kineto_profile import read_kineto
 from .perf_script import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
@@ -50,7 +51,9 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
         raise FlameprofError(f"unknown input format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if fmt == "flameprof":
         return storage.loads(data, source)
-    if fmt == "perf":
+    if fmt == "kineto":
+        profile = read_kineto(data, source)
+    elif fmt == "perf":
         profile = read_perf_script([data], source, strict)
     elif fmt == "speedscope":
         profile = read_speedscope(data, source, strict)

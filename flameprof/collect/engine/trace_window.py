@@ -1,0 +1,242 @@
+"""The traced window: torch.profiler (Kineto) driven over a few steps of the program's loop.
+
+Sampling goes on through the whole run; for steps ``first`` to ``last - 1`` (0-based, as a step is
+counted by the sampler: an optimizer step of the first optimizer, or ``flameprof.step()``) Kineto
+also records every op with its shapes and memory events, and every device kernel and copy when
+there is a device. While the window is open, every module call is wrapped in a record_function
+annotation named by its layer path (``flameprof.layer: Net.0 (Linear)``, the samples' own names),
+and each step in ``flameprof.step#N``, so the importer (``importers/kineto.py``) attributes the
+trace exactly. The profiler stops when the window closes, or when the profile is taken first (a run
+that ends, fails or is interrupted inside the window keeps what was traced); its trace is read when
+the profile is taken, outside the program's loop.
+
+Anything failing here is one warning line: the program and its sampling profile are unaffected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from . import scopes
+from .layers import LayerNamer
+
+LAYER_PREFIX = "flameprof.layer: "
+STEP_PREFIX = "flameprof.step#"
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``'20:23'`` -> (20, 23): steps 20, 21 and 22; ``'5'`` -> (5, 6). Raises ValueError."""
+    first, sep, last = text.partition(":")
+    start = int(first)
+    end = int(last) if sep else start + 1
+    if start < 0 or end <= start:
+        raise ValueError(f"{text!r}: expected FIRST:LAST with 0 <= FIRST < LAST")
+    return start, end
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"flameprof: warning: traced window: {message}; sampling goes on\n")
+
+
+class TraceWindow:
+    """Opens torch.profiler at the start of step ``first`` and closes it at the end of step ``last - 1``."""
+
+    def __init__(self, first: int, last: int, directory: str, namer: LayerNamer) -> None:
+        self.first, self.last = first, last
+        self.directory = directory  # where read_window exports the traces it reads
+        self.namer = namer
+        self.steps = 0  # steps completed so far
+        self.stopped: list[Any] = []  # stopped torch.profiler objects, their traces not yet read
+        self.params: dict[str, tuple[int, int]] = {}  # layer path -> (parameters, bytes)
+        self._profiler: Any = None
+        self._handles: list[Any] = []
+        self._layers = threading.local()  # .open: (module, record_function) of this thread's calls
+        self._step: Any = None  # the open step annotation
+        self._optimizer_steps = scopes.FirstOptimizer()
+        self._done = False
+
+    # -- steps ----------------------------------------------------------------------------
+    def install(self, torch: Any) -> None:
+        """Count steps from now on (``torch`` is imported); open at once when the window starts at 0."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        scopes.step_listeners.append(self.on_step)
+        if self.first == 0:
+            self._open(torch)
+
+    def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Steps as the sampler counts them (scopes.FirstOptimizer)."""
+        if self._optimizer_steps.is_step(optimizer):
+            self.on_step()
+
+    def on_step(self) -> None:
+        """A step ended: open, annotate or close the window."""
+        try:
+            self.steps += 1
+            if self._profiler is not None:
+                self._end_step()
+                if self.steps >= self.last:
+                    self.close()
+                else:
+                    self._begin_step()
+            elif self.steps == self.first and not self._done:
+                self._open(sys.modules["torch"])
+        except Exception as exc:  # never let the window fail the program's step
+            self._abandon(exc)
+
+    # -- the profiler -----------------------------------------------------------------------
+    def _open(self, torch: Any) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        xpu = getattr(torch, "xpu", None)
+        if xpu is not None and xpu.is_available() and hasattr(ProfilerActivity, "XPU"):
+            activities.append(ProfilerActivity.XPU)
+        try:
+            self._profiler = profile(
+                activities=activities, record_shapes=True, profile_memory=True, with_flops=True
+            )
+            self._profiler.start()
+        except Exception as exc:
+            self._profiler = None
+            self._abandon(exc)
+            return
+        modules = torch.nn.modules.module
+        self._handles.append(modules.register_module_forward_pre_hook(self._enter_module))
+        self._handles.append(modules.register_module_forward_hook(self._exit_module, always_call=True))
+        self._begin_step()
+
+    def _begin_step(self) -> None:
+        from torch.autograd.profiler import record_function
+
+        self._step = record_function(f"{STEP_PREFIX}{self.steps}")
+        self._step.__enter__()
+
+    def _end_step(self) -> None:
+        step, self._step = self._step, None
+        if step is not None:
+            step.__exit__(None, None, None)
+
+    def close(self) -> None:
+        """Stop the profiler (idempotent; also called when the profile is taken)."""
+        if self._done:
+            return
+        self._done = True
+        self._remove_hooks()
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
+            return
+        try:
+            self._end_step()
+            profiler.stop()
+            self.stopped.append(profiler)
+        except Exception as exc:
+            _warn(f"could not stop torch.profiler ({type(exc).__name__}: {exc})")
+
+    def _abandon(self, exc: BaseException) -> None:
+        _warn(f"torch.profiler failed ({type(exc).__name__}: {exc})")
+        self._done = True
+        self._remove_hooks()
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            try:
+                profiler.stop()
+            except Exception:
+                pass
+
+    def _remove_hooks(self) -> None:
+        while self._handles:
+            try:
+                self._handles.pop().remove()
+            except Exception:
+                pass
+        if self.on_step in scopes.step_listeners:
+            scopes.step_listeners.remove(self.on_step)
+
+    # -- layer annotations ------------------------------------------------------------------
+    def _enter_module(self, module: Any, args: Any) -> None:
+        try:
+            name = self._layer_name(module)
+            if name is None:
+                return
+            from torch.autograd.profiler import record_function
+
+            handle = record_function(LAYER_PREFIX + name)
+            handle.__enter__()
+            stack = getattr(self._layers, "open", None)
+            if stack is None:
+                stack = self._layers.open = []
+            stack.append((module, handle))
+        except Exception:
+            pass
+
+    def _exit_module(self, module: Any, args: Any, output: Any) -> None:
+        stack = getattr(self._layers, "open", None)
+        if stack and stack[-1][0] is module:
+            _, handle = stack.pop()
+            try:
+                handle.__exit__(None, None, None)
+            except Exception:
+                pass
+
+    def _layer_name(self, module: Any) -> str | None:
+        """The module's layer path, named from its ``_call_impl`` frame as the sampler names it."""
+        frame = sys._getframe(1)
+        code = self.namer.call_code
+        while frame is not None and not (frame.f_code is code and frame.f_locals.get("self") is module):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        layer = self.namer.hook(frame)
+        if layer is None:
+            return None
+        if layer.name not in self.params:
+            count = size = 0
+            for param in module.parameters():
+                count += param.numel()
+                size += param.numel() * param.element_size()
+            self.params[layer.name] = (count, size)
+        return layer.name
+
+
+def read_window(window: TraceWindow, epoch: float) -> Any:
+    """The window's traces as one attributed ``Trace`` on the profile's time base (None when nothing
+    was traced). Each is exported through a file in the window's directory, removed once read.
+    Imports numpy: call it when taking the profile."""
+    from ...model.trace import concat
+    from ..importers.kineto import decode_document, read_trace
+
+    traces = []
+    for n, profiler in enumerate(window.stopped):
+        path = os.path.join(window.directory, f"trace-{os.getpid()}-{n}.json")
+        try:
+            profiler.export_chrome_trace(path)
+            with open(path, "rb") as fh:
+                data = fh.read()
+            traces.append(read_trace(decode_document(data, path), path, epoch)[0])
+        except Exception as exc:
+            _warn(f"could not read the trace ({type(exc).__name__}: {exc})")
+        finally:
+            _remove(path)
+    window.stopped = []
+    _remove(window.directory)
+    trace = concat(traces)
+    if trace is not None:
+        trace.params.update(window.params)
+    return trace
+
+
+def _remove(path: str) -> None:
+    try:
+        if os.path.isdir(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass

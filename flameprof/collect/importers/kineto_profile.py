@@ -1,0 +1,117 @@
+"""A torch.profiler (Kineto) trace made elsewhere as a whole ``Profile``: the attributed ``Trace``
+itself, and host samples made from it, so every view, phase table and report works on it.
+
+Each host event becomes one sample of its own (self) time on its thread, at its end, whose stack is
+the event's nesting: annotations and ops as frames, a layer annotation as a ``layer`` frame, and
+the backward op of a layer under a ``<layer> (backward)`` frame. Phase annotations are scopes with
+their phase declared (``meta['scope_phases']``), as a user's ``flameprof.scope(..., phase=)`` is.
+Device activity stays in the trace (its own timeline, not a host thread's time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import FlameprofError
+from ...model.builder import ProfileBuilder
+from ...model.counters import TORCH_ALLOCATED_BYTES
+from ...model.profile import Frame, Mark, ProcessInfo, Profile
+from ...model.trace import ANNOTATION, OP, RUNTIME, TRACE_PHASES, Trace
+from .kineto import (
+    LAYER_PREFIX,
+    MODULE_PREFIX,
+    STEP_PREFIXES,
+    declared_phase,
+    decode_document,
+    is_kineto_document,
+    read_trace,
+)
+
+
+def read_kineto(data: bytes, source: str) -> Profile:
+    """A Kineto Chrome trace (``.json`` or ``.json.gz``) as a Profile; one error line if it is not one."""
+    doc = decode_document(data, source)
+    if not is_kineto_document(doc):
+        raise FlameprofError(
+            f"{source}: a Chrome trace, but not one torch.profiler wrote (no op or kernel event)"
+        )
+    trace, epoch = read_trace(doc, source)
+    return profile_of_trace(trace, epoch)
+
+
+def _frame(trace: Trace, i: int) -> Frame:
+    ev = trace.events
+    kind, name = int(ev["kind"][i]), trace.names[int(ev["name"][i])]
+    if kind == ANNOTATION and name.startswith((LAYER_PREFIX, MODULE_PREFIX)):
+        return Frame(trace.name_of(int(ev["layer"][i])), kind="layer")
+    if kind == ANNOTATION:
+        return Frame(name.split("#", 1)[0] if name.startswith(STEP_PREFIXES) else name, kind="scope")
+    if declared_phase(kind, name) is not None:  # an autograd node, a sync: a scope with its phase
+        return Frame(name, kind="scope")
+    return Frame(name, kind="native")
+
+
+def profile_of_trace(trace: Trace, epoch: float) -> Profile:
+    ev = trace.events
+    builder = ProfileBuilder()
+    host = np.nonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))[0]
+    backward = TRACE_PHASES.index("backward")
+    children = np.zeros(trace.num_events)
+    parent = ev["parent"]
+    has_parent = parent[host] >= 0
+    np.add.at(children, parent[host][has_parent], ev["dur"][host][has_parent])
+    order = sorted(host.tolist(), key=lambda i: (float(ev["start"][i]), -float(ev["dur"][i])))
+    stack: dict[int, int] = {}
+    scope_phases: dict[str, str] = {}
+    marks: list[Mark] = []
+    for i in order:
+        p = int(parent[i])
+        base = stack.get(p, -1) if p >= 0 else -1
+        frames = []
+        layer = int(ev["layer"][i])
+        parent_layer = int(ev["layer"][p]) if p >= 0 else -1
+        if ev["phase"][i] == backward and layer >= 0 and layer != parent_layer:
+            frames.append(builder.frame(Frame(f"{trace.names[layer]} (backward)", kind="layer")))
+        frame = _frame(trace, i)
+        phase = declared_phase(int(ev["kind"][i]), trace.names[int(ev["name"][i])])
+        if frame.kind == "scope" and phase is not None:
+            scope_phases[frame.name] = phase
+        frames.append(builder.frame(frame))
+        sid = base
+        for fid in frames:
+            sid = builder.stack_id([fid], parent=sid)
+        stack[i] = sid
+        thread = builder.thread_id(int(ev["pid"][i]), int(ev["tid"][i]))
+        end = float(ev["start"][i] + ev["dur"][i])
+        own = max(float(ev["dur"][i] - children[i]), 0.0)
+        if own > 0:
+            builder.add_sample(end, thread, sid, own, own)
+        if frame.kind == "scope" and trace.names[int(ev["name"][i])].startswith(STEP_PREFIXES):
+            marks.append(Mark(end, thread, "step", "user"))
+    for pid in sorted({int(ev["pid"][i]) for i in host.tolist()}):
+        builder.process(ProcessInfo(pid, "main"))
+    builder.marks.extend(marks)
+    start = float(ev["start"].min()) if trace.num_events else 0.0
+    end = float((ev["start"] + ev["dur"]).max()) if trace.num_events else 0.0
+    builder.meta.update(
+        start_time=epoch,
+        duration=end - min(start, 0.0),
+        collector="kineto",
+        scope_phases=scope_phases,
+    )
+    profile = builder.build()
+    profile.trace = trace
+    profile.counters = memory_counters(trace)
+    return profile
+
+
+def memory_counters(trace: Trace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The allocator's total over time (the device's when there is one, else the host's)."""
+    mem = trace.memory
+    if not len(mem["time"]):
+        return {}
+    device = mem["device"]
+    chosen = int(device[device >= 0][0]) if (device >= 0).any() else -1
+    rows = np.nonzero(device == chosen)[0]
+    order = rows[np.argsort(mem["time"][rows], kind="stable")]
+    return {TORCH_ALLOCATED_BYTES: (mem["time"][order], mem["total"][order])}

@@ -1,0 +1,148 @@
+"""The report's traced-window sections (``ops``, ``memory``, ``device``) as JSON-ready data, text and
+Markdown; the layer rows gain each layer's parameters, FLOPs and backward time."""
+
+from __future__ import annotations
+
+from ..analyze.ops import ops_report
+from ..model.profile import Profile
+from . import markdown
+
+LAYER_KEYS = (
+    "params",
+    "param_bytes",
+    "flops",
+    "forward_flops",
+    "forward",
+    "backward",
+    "device",
+    "gflops_per_s",
+)
+
+
+def _round(value: object) -> object:
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    return value
+
+
+def ops_sections(profile: Profile) -> dict:
+    """``{"ops": ..., "memory": ..., "device": ...}``, each ``{}`` when the profile has no trace."""
+    return _round(ops_report(profile))
+
+
+def add_layer_costs(layers: list[dict], ops: dict) -> None:
+    """Give each sampled layer row the traced window's costs (``None`` when the window did not see it)."""
+    traced = {row["name"]: row for row in ops.get("layers", [])}
+    for row in layers:
+        found = traced.get(row["name"])
+        for key in LAYER_KEYS:
+            row[key] = found[key] if found else None
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _flops(n: float) -> str:
+    return f"{n / 1e9:.3f} GFLOP" if n >= 1e7 else f"{n / 1e6:.3f} MFLOP"
+
+
+def format_ops_text(data: dict, top: int) -> list[str]:
+    ops, memory, device = data["ops"], data["memory"], data["device"]
+    if not ops:
+        return []
+    out = [
+        "",
+        f"traced window: {ops['steps']} step(s), {_ms(ops['window_seconds'])}, "
+        f"op time {_ms(ops['op_seconds'])}",
+        "top ops by self time:",
+    ]
+    for row in ops["top"][:top]:
+        shapes = f"  {row['shapes'][0]}" if row["shapes"] else ""
+        out.append(
+            f"  {_ms(row['self']):>12} self {_ms(row['total']):>12} total {row['calls']:>6}x  "
+            f"{row['name']}{shapes}"
+        )
+    if ops["layers"]:
+        out += ["", "layers in the window:        forward     backward        FLOPs   GFLOP/s     params"]
+        for row in ops["layers"][:top]:
+            out.append(
+                f"  {_ms(row['forward']):>24} {_ms(row['backward']):>12} {_flops(row['flops']):>12} "
+                f"{row['gflops_per_s']:>9.2f} {row['params']:>10}  {row['name']}"
+            )
+    if memory:
+        where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
+        out += ["", f"memory ({memory['device']}): peak {_bytes(memory['peak'])} at {where}"]
+        for row in memory["layers"][:top]:
+            out.append(
+                f"  allocated {_bytes(row['allocated']):>10}  held {_bytes(row['held']):>10}  {row['name']}"
+            )
+    if device:
+        out += ["", f"device: busy {device['busy_percent']:.1f}% of the traced steps"]
+        if device["idle"]:
+            idle = device["idle"]
+            out.append(
+                f"  idle {_ms(idle['seconds'])}: waiting for data {idle['data_percent']:.1f}%, "
+                f"in syncs {idle['sync_percent']:.1f}%, host busy {idle['host_percent']:.1f}%"
+            )
+            out.append(f"  verdict: {idle['verdict']}")
+        for name, seconds in list(device["kernel_by_layer"].items())[:top]:
+            out.append(f"  kernels {_ms(seconds):>12}  {name}")
+        for kind, copy in device["copies"].items():
+            out.append(f"  {kind}: {copy['count']}x {_bytes(copy['bytes'])} in {_ms(copy['seconds'])}")
+        sync = device["sync"]
+        if sync["count"]:
+            out.append(f"  host blocked in syncs {_ms(sync['seconds'])} ({sync['count']}x):")
+            out += [f"    {_ms(s['seconds']):>12} {s['count']:>5}x  {s['site']}" for s in sync["sites"][:top]]
+    return out
+
+
+def format_ops_markdown(data: dict, top: int) -> list[str]:
+    ops, memory, device = data["ops"], data["memory"], data["device"]
+    if not ops:
+        return []
+    out = [
+        "",
+        "## Traced window",
+        "",
+        f"{ops['steps']} step(s), {_ms(ops['window_seconds'])}, op time {_ms(ops['op_seconds'])}.",
+        "",
+        "| op | self | total | calls | shapes |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for row in ops["top"][:top]:
+        shapes = markdown.code(row["shapes"][0]) if row["shapes"] else ""
+        out.append(
+            f"| {markdown.code(row['name'])} | {_ms(row['self'])} | {_ms(row['total'])} | "
+            f"{row['calls']} | {shapes} |"
+        )
+    if ops["layers"]:
+        out += [
+            "",
+            "| layer | forward | backward | FLOPs | GFLOP/s | params |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for row in ops["layers"][:top]:
+            out.append(
+                f"| {markdown.code(row['name'])} | {_ms(row['forward'])} | {_ms(row['backward'])} | "
+                f"{_flops(row['flops'])} | {row['gflops_per_s']:.2f} | {row['params']} |"
+            )
+    if memory:
+        where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
+        out += ["", f"Memory ({memory['device']}): peak {_bytes(memory['peak'])} at {markdown.code(where)}."]
+    if device:
+        out += ["", f"Device busy {device['busy_percent']:.1f}% of the traced steps."]
+        if device["idle"]:
+            out.append(f"Device verdict: {markdown.text(device['idle']['verdict'])}.")
+    return out

@@ -1,0 +1,162 @@
+"""torch.profiler (Kineto) traces: the GPU paths on a trace written to the format here, and real CPU
+traces made by torch.profiler in the test, whose totals torch itself reports."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_one_error_line, run_flameprof
+from kineto_traces import (
+    COPY_BYTES,
+    DEVICE_BUSY_US,
+    IDLE_DATA_US,
+    IDLE_SYNC_US,
+    IDLE_US,
+    LINEAR_FLOPS,
+    LINEAR_KERNEL_US,
+    gpu_step,
+)
+from torch import nn
+
+from flameprof.analyze.ops import ops_report
+from flameprof.collect.importers.kineto import decode_document, read_trace
+from flameprof.collect.importers.load import load_bytes
+from flameprof.model import storage
+from flameprof.model.trace import OP
+
+
+def _report(tmp_path, doc: dict, name: str = "trace.json") -> dict:
+    path = tmp_path / name
+    raw = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    proc = run_flameprof("report", "--format", "json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.pt.trace.json.gz"])
+def test_gpu_step_kernels_go_to_the_layer_and_phase_that_launched_them(tmp_path, name):
+    data = _report(tmp_path, gpu_step(), name)
+    device = data["device"]
+    assert device["busy_percent"] == pytest.approx(100 * DEVICE_BUSY_US / 1000, abs=0.01)
+    assert device["steps"][0]["busy_percent"] == pytest.approx(36.0, abs=0.01)
+    # The forward GEMM and the backward GEMM (linked by the autograd sequence number) both belong to
+    # the Linear; the optimizer's kernel to the optimizer; the copy to no layer.
+    assert device["kernel_by_layer"]["Net.0 (Linear)"] == pytest.approx(LINEAR_KERNEL_US / 1e6)
+    phases = device["kernel_by_phase"]
+    assert phases["forward"] == pytest.approx(200e-6)
+    assert phases["backward"] == pytest.approx(100e-6)
+    assert phases["optimizer"] == pytest.approx(20e-6)
+    copy = device["copies"]["host_to_device"]
+    assert (copy["count"], copy["bytes"]) == (1, COPY_BYTES)
+    assert copy["seconds"] == pytest.approx(40e-6)
+    sync = device["sync"]
+    assert sync["count"] == 1 and sync["seconds"] == pytest.approx(100e-6)
+    assert sync["sites"][0]["site"] == "aten::item"  # no samples here: the op that synchronised
+
+
+def test_gpu_step_idle_time_is_explained_and_judged(tmp_path):
+    idle = _report(tmp_path, gpu_step())["device"]["idle"]
+    assert idle["seconds"] == pytest.approx(IDLE_US / 1e6)
+    assert idle["data_percent"] == pytest.approx(100 * IDLE_DATA_US / IDLE_US, abs=0.01)
+    assert idle["sync_percent"] == pytest.approx(100 * IDLE_SYNC_US / IDLE_US, abs=0.01)
+    assert idle["verdict"].startswith("input-bound")
+
+
+def test_gpu_step_layers_ops_and_memory(tmp_path):
+    data = _report(tmp_path, gpu_step())
+    layer = next(r for r in data["ops"]["layers"] if r["name"] == "Net.0 (Linear)")
+    assert layer["flops"] == LINEAR_FLOPS
+    assert layer["forward"] > 0 and layer["backward"] > 0
+    assert layer["gflops_per_s"] == pytest.approx(LINEAR_FLOPS / (LINEAR_KERNEL_US / 1e6) / 1e9, rel=1e-3)
+    memory = data["memory"]
+    assert memory["device"] == "device 0" and memory["peak"] == 1536
+    assert (memory["peak_layer"], memory["peak_op"]) == ("Net.0 (Linear)", "aten::addmm")
+    held = {r["name"]: r for r in memory["layers"]}["Net.0 (Linear)"]
+    assert held["allocated"] == 1536 and held["held"] == 1536
+    assert data["ops"]["steps"] == 1
+    top = {r["name"]: r for r in data["ops"]["top"]}
+    assert top["aten::addmm"]["shapes"] == ["[[16],[8,32],[32,16],[],[]]"]
+    # the samples made from the trace: the loop thread's phases as the trace says (its backward ran
+    # on autograd's device thread)
+    assert data["phases"]["optimizer"]["seconds"] == pytest.approx(50e-6, abs=1e-9)
+    assert data["phases"]["data"]["seconds"] == pytest.approx(300e-6, abs=1e-9)
+
+
+def test_flameprof_file_keeps_the_trace(tmp_path):
+    profile = load_bytes(json.dumps(gpu_step()).encode(), "gpu.json")
+    again = storage.loads(storage.dumps(profile))
+    assert again.trace is not None
+    assert again.trace.names == profile.trace.names
+    for key, column in profile.trace.events.items():
+        np.testing.assert_array_equal(again.trace.events[key], column)
+    assert ops_report(again) == ops_report(profile)
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1,', "not valid JSON at line 1"),
+        (gzip.compress(b'{"traceEvents": []}')[:-6], "corrupt or truncated gzip"),
+        (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "x"}]}', "event 0"),
+        (
+            b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1, "dur": -5}]}',
+            "negative",
+        ),
+        (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1e400}]}', "out of range"),
+        (b'{"schemaVersion": 1, "traceEvents": []}', "no op, kernel or memory event"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "step", "name": "s", "ts": 1}]}', "not one torch.profiler"),
+    ],
+)
+def test_a_bad_trace_is_one_error_line(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    proc = run_flameprof("import", str(path), "-o", str(tmp_path / "x.flameprof"))
+    assert_one_error_line(proc, needle)
+    assert proc.returncode == 2
+    assert not (tmp_path / "x.flameprof").exists()
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_real_cpu_trace_op_times_and_flops_match_torch_profiler(tmp_path):
+    torch.manual_seed(0)
+    model, batch = Net(), torch.randn(4, 3, 16, 16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.profiler.profile(
+        record_shapes=True, with_flops=True, with_modules=True, with_stack=True
+    ) as prof:
+        for _ in range(3):
+            opt.zero_grad()
+            model(batch).sum().backward()
+            opt.step()
+    path = str(tmp_path / "cpu.json")
+    prof.export_chrome_trace(path)
+    trace, _ = read_trace(decode_document(open(path, "rb").read(), path), path)
+    profile = load_bytes(open(path, "rb").read(), path)
+    ops = ops_report(profile)["ops"]
+    # op time: every op's self time, summed, is torch's own self CPU total of those ops (its table
+    # also lists the Python functions with_stack records, which are not ops)
+    torch_self = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
+    op_names = {trace.names[n] for n, k in zip(trace.events["name"], trace.events["kind"]) if k == OP}
+    assert op_names <= set(torch_self)
+    assert ops["op_seconds"] == pytest.approx(sum(torch_self[n] for n in op_names), rel=0.01)
+    # FLOPs of the forward passes: the analytic counts (2 per multiply-add); layers are named from
+    # with_modules' annotations (nn.Module: <class>_<index>)
+    conv = 2 * 4 * 8 * (8 * 8) * 3 * 3 * 3
+    linear = 2 * 4 * 512 * 10
+    layers = {r["name"]: r for r in ops["layers"]}
+    assert layers["Net_0.Conv2d_0"]["forward_flops"] == 3 * conv
+    assert layers["Net_0.Linear_0"]["forward_flops"] == 3 * linear
+    # the backward ops of each layer are found through the autograd sequence numbers
+    assert layers["Net_0.Conv2d_0"]["backward"] > 0 and layers["Net_0.Linear_0"]["backward"] > 0

@@ -1,0 +1,130 @@
+"""The traced window (``run --trace-steps``, ``Profiler(trace_steps=...)``): torch.profiler over a
+few steps of a real training loop, its ops under the samples' layer names and phases."""
+
+import json
+
+import pytest
+import torch
+from conftest import run_flameprof
+from torch import nn
+
+import flameprof
+from flameprof.analyze.ops import ops_report
+from flameprof.model import storage
+
+BATCH = 32
+TRAIN = """
+import sys, torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 128)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+torch.manual_seed(0)
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+for step in range(60):
+    if step == int(sys.argv[1]):
+        raise RuntimeError("failed at step %d" % step)
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("trained")
+"""
+
+
+def _run(tmp_path, fail_at: int = -1, steps: str = "3:6"):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    out = tmp_path / "out"
+    proc = run_flameprof(
+        "run",
+        "--rate",
+        "1000",
+        "--trace-steps",
+        steps,
+        "-o",
+        str(out),
+        str(script),
+        str(fail_at),
+        timeout=300,
+    )
+    return proc, storage.load(out / "profile.flameprof")
+
+
+def test_run_traces_the_steps_asked_for_under_the_sampled_layer_names(tmp_path):
+    proc, profile = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n"
+    assert profile.trace is not None
+    data = ops_report(profile)
+    assert data["ops"]["steps"] == 3
+    layers = {r["name"]: r for r in data["ops"]["layers"]}
+    fc1, fc2 = layers["Net.fc1 (Linear)"], layers["Net.fc2 (Linear)"]
+    assert (fc1["params"], fc1["param_bytes"]) == (64 * 128 + 128, 4 * (64 * 128 + 128))
+    assert fc2["params"] == 128 * 10 + 10
+    # forward FLOPs of the three steps: the analytic counts
+    assert fc1["forward_flops"] == 3 * 2 * BATCH * 64 * 128
+    assert fc2["forward_flops"] == 3 * 2 * BATCH * 128 * 10
+    # backward ops reach the forward layer whose backward they are
+    for row in (fc1, fc2, layers["Net.act (ReLU)"]):
+        assert row["forward"] > 0 and row["backward"] > 0, row
+    phases = data["ops"]["phases"]
+    assert phases["optimizer"] > 0 and phases["backward"] > 0 and phases["forward"] > 0
+    assert data["memory"]["peak"] > 0 and data["memory"]["device"] == "cpu"
+    assert data["device"] == {}  # no device here: nothing, and no warning
+    assert "warning" not in proc.stderr
+    # the sampled layer rows of the report gain the window's costs
+    report = json.loads(
+        run_flameprof("report", "--format", "json", str(tmp_path / "out" / "profile.flameprof")).stdout
+    )
+    costs = [(r["name"], r["params"]) for r in report["layers"] if r["name"] in layers]
+    assert costs and all(params == layers[name]["params"] for name, params in costs)
+    assert set(report) >= {"ops", "memory", "device"}
+
+
+def test_a_run_that_fails_inside_the_window_keeps_what_was_traced(tmp_path):
+    proc, profile = _run(tmp_path, fail_at=5, steps="3:9")
+    assert proc.returncode == 1 and "failed at step 5" in proc.stderr
+    assert profile.trace is not None
+    data = ops_report(profile)
+    assert data["ops"]["steps"] == 3  # steps 3 and 4, and step 5 up to the failure
+    assert data["ops"]["layers"]
+
+
+def test_window_times_line_up_with_the_samples_step_marks():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 64)
+    with flameprof.Profiler(rate=1000, trace_steps=(2, 4)) as prof:
+        for _ in range(6):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+    profile = prof.profile
+    steps = profile.trace.steps
+    assert len(steps) == 2
+    ends = sorted(m.time for m in profile.marks if m.name == "step")
+    # each traced step ends where the sampler marked the end of the same step (steps 2 and 3)
+    for (_, end), mark in zip(steps, ends[2:4]):
+        assert end == pytest.approx(mark, abs=0.005)
+    layers = {r["name"] for r in ops_report(profile)["ops"]["layers"]}
+    assert {"Sequential.0 (Linear)", "Sequential.2 (Linear)"} <= layers
+
+
+def test_a_program_without_torch_runs_as_usual(tmp_path, write_script):
+    script = write_script("plain.py", "print(sum(range(10)))\n")
+    proc = run_flameprof("run", "--trace-steps", "0:2", "-o", str(tmp_path / "out"), script)
+    assert proc.returncode == 0 and proc.stdout == "45\n"
+    assert proc.stderr.count("warning") == 0
+    assert storage.load(tmp_path / "out" / "profile.flameprof").trace is None
