@@ -21,6 +21,7 @@ from kineto_traces import (
 from torch import nn
 
 from flameprof.analyze.ops import ops_report
+from flameprof.analyze.views import display_stacks
 from flameprof.collect.importers.kineto import decode_document, read_trace
 from flameprof.collect.importers.load import load_bytes
 from flameprof.model import storage
@@ -160,3 +161,36 @@ def test_real_cpu_trace_op_times_and_flops_match_torch_profiler(tmp_path):
     assert layers["Net_0.Linear_0"]["forward_flops"] == 3 * linear
     # the backward ops of each layer are found through the autograd sequence numbers
     assert layers["Net_0.Conv2d_0"]["backward"] > 0 and layers["Net_0.Linear_0"]["backward"] > 0
+
+
+def test_ops_view_and_chrome_trace_show_the_window(tmp_path):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(gpu_step()))
+    stacks = {
+        ";".join(f.name for f in frames): weight
+        for frames, weight in display_stacks(load_bytes(path.read_bytes(), "gpu.json"), "wall", "ops")
+    }
+    # layer -> op -> the ops it calls -> kernel, weighted by device time
+    assert stacks["Net.0 (Linear);aten::linear;aten::addmm;sm90_gemm_fwd"] == pytest.approx(200e-6)
+    backward = "Net.0 (Linear);autograd::engine::evaluate_function: AddmmBackward0;AddmmBackward0;aten::mm"
+    assert stacks[backward + ";sm90_gemm_bwd"] == pytest.approx(100e-6)
+    assert sum(stacks.values()) == pytest.approx(DEVICE_BUSY_US / 1e6)
+    svg = tmp_path / "ops.svg"
+    proc = run_flameprof("render", str(path), "--view", "ops", "-o", str(svg))
+    assert proc.returncode == 0, proc.stderr
+    assert "sm90_gemm_fwd" in svg.read_text()
+    proc = run_flameprof("render", str(path), "--format", "chrome", "-o", str(tmp_path / "g.svg"))
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads((tmp_path / "g.trace.json").read_text())["traceEvents"]
+    kernels = {e["name"]: e for e in events if e.get("cat") == "kernel"}
+    assert kernels["sm90_gemm_bwd"]["args"] == {"layer": "Net.0 (Linear)", "phase": "backward"}
+    assert kernels["sm90_gemm_fwd"]["ts"] == pytest.approx(360.0)  # on the samples' time base
+    memory = [e["args"]["value"] for e in events if e.get("name") == "torch allocated (MiB)"]
+    assert max(memory) == pytest.approx(1536 / (1 << 20), rel=1e-3)
+
+
+def test_ops_view_without_a_window_is_one_error_line(tmp_path):
+    folded = tmp_path / "x.folded"
+    folded.write_text("main;work 10\n")
+    proc = run_flameprof("render", str(folded), "--view", "ops", "-o", str(tmp_path / "x.svg"))
+    assert_one_error_line(proc, "no traced window")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.frames import category
-from ..model.profile import Profile
+from ..model.profile import Frame, Profile
 from ..model.trace import (
     ANNOTATION,
     DEVICE_KINDS,
@@ -381,6 +381,37 @@ def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]
         "host_percent": 100 * shares["host"],
         "verdict": verdict,
     }
+
+
+def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float]:
+    """The ``ops`` view: layer path, then the op and the ops it calls, then (with a device) the kernel.
+    Weighted by device time when the window saw a device, else by each op's self time; ``samples``
+    counts events."""
+    ev = trace.events
+    on_device = np.isin(ev["kind"], DEVICE_KINDS)
+    rows = np.nonzero(on_device)[0] if on_device.any() else np.nonzero(ev["kind"] == OP)[0]
+    weights = ev["dur"] if on_device.any() else op_times(trace).self_time
+    kinds, parents, names, layers = (
+        ev["kind"].tolist(),
+        ev["parent"].tolist(),
+        ev["name"].tolist(),
+        ev["layer"].tolist(),
+    )
+    out: dict[tuple[Frame, ...], float] = {}
+    for i in rows.tolist():
+        weight = 1.0 if mode == "samples" else float(weights[i])
+        if weight <= 0:
+            continue
+        chain = [Frame(trace.names[names[i]], kind="native")]
+        p = parents[i]
+        while p >= 0:
+            if kinds[p] == OP:
+                chain.append(Frame(trace.names[names[p]], kind="native"))
+            p = parents[p]
+        layer = trace.names[layers[i]] if layers[i] >= 0 else "(no layer)"
+        key = (Frame(layer, kind="layer" if layers[i] >= 0 else "marker"), *reversed(chain))
+        out[key] = out.get(key, 0.0) + weight
+    return out
 
 
 def ops_report(profile: Profile) -> dict:

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..model.profile import Frame, Profile, iter_stacks, sampled_stacks
+from .ops import op_stacks
 from .phases import LEAF_PHASES, OTHER, phase_of_stacks
 
-VIEWS = ("code", "layers", "phases")
+VIEWS = ("code", "layers", "phases", "ops")
 _ROOT_KINDS = ("process", "thread")
 _LAYER_KINDS = ("layer", "scope")
 
@@ -25,6 +26,8 @@ def display_stacks(
     ``code``: the recorded frames. ``layers``: only layer and user-scope frames (under any
     process/thread roots), ending with the function running at the leaf. ``phases``: the code stack
     under its phase (``data`` then ``data.wait``/``data.fetch``; ``forward``, ...) as root frames.
+    ``ops``: the traced window's ops under their layer, and their kernels (``ops.op_stacks``); nothing
+    without a window.
     """
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r} (expected one of {', '.join(VIEWS)})")
@@ -34,7 +37,9 @@ def display_stacks(
             yield [frames[i] for i in ids], weight
         return
     merged: dict[tuple[Frame, ...], float] = {}
-    if view == "layers":
+    if view == "ops":
+        merged = op_stacks(profile.trace, mode) if profile.trace is not None else {}
+    elif view == "layers":
         for ids, weight in iter_stacks(profile, mode):
             key = tuple(_layers_only([frames[i] for i in ids]))
             merged[key] = merged.get(key, 0.0) + weight

@@ -26,7 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-o", "--output", required=True, metavar="OUT", help="output file (.svg, .folded; - for stdout)"
     )
     add_render_options(p, modes=("wall", "cpu", "samples"))
-    p.add_argument("--view", default="code", help="which stacks to show: code (default), layers or phases")
+    p.add_argument(
+        "--view",
+        default="code",
+        help="which stacks to show: code (default), layers, phases, or ops (a traced window's ops "
+        "under their layers, with their kernels)",
+    )
     p.set_defaults(func=render)
 
 
@@ -41,7 +46,13 @@ def render(args: argparse.Namespace) -> int:
         raise FlameprofError(f"unknown view {args.view!r} (expected one of {', '.join(VIEWS)})")
     if args.formats and args.output == "-":
         raise FlameprofError("--format writes files next to -o OUT, so OUT cannot be - (stdout)")
-    rendering = Rendering(load_input(args.input, strict=True), output_options(args))
+    profile = load_input(args.input, strict=True)
+    if args.view == "ops" and profile.trace is None:
+        raise FlameprofError(
+            f"{args.input} has no traced window: record one with 'run --trace-steps', "
+            "or import a torch.profiler trace"
+        )
+    rendering = Rendering(profile, output_options(args))
     fmt = FORMATS["folded" if args.output.endswith(FOLDED_SUFFIXES) else "svg"]
     if args.output == "-":
         sys.stdout.write(fmt.text(rendering))

@@ -3,7 +3,8 @@
 Per thread, the timestamped samples become nested begin/end ("B"/"E") events: consecutive
 samples with the same stack are one span, and a frame stays open while consecutive stacks share
 it. Next to each thread, a track of its layer scopes and one of its phases; a steps track per
-process; counter tracks for CPU % and RSS. Times are microseconds from the start of the run.
+process; a traced window's ops and kernels on tracks of their own (trace_tracks.py); counter tracks
+for CPU %, RSS, the torch allocator and the GPU. Times are microseconds from the start of the run.
 
 The events are computed with numpy (the walk from one stack to the next goes up to their common
 ancestor and down again) and streamed to the output, so a million samples take seconds and the
@@ -12,6 +13,7 @@ memory of a few arrays, not of the whole JSON text.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from typing import IO
@@ -30,6 +32,7 @@ from ..model.counters import (
 )
 from ..model.frames import Labeler
 from ..model.profile import Profile
+from .trace_tracks import trace_track_events
 
 _MIB = 1.0 / (1 << 20)
 _COUNTERS = {
@@ -256,6 +259,10 @@ def write_chrome_trace(
                 f'"ts":{start * 1e6:.1f},"dur":{max(end - start, 0.0) * 1e6:.1f}}}'
             ]
         )
+    if profile.trace is not None:
+        events = trace_track_events(profile.trace, next_tid, w.meta)
+        while chunk := list(itertools.islice(events, _CHUNK)):
+            w.lines(chunk)
     for key, (times, values) in sorted(profile.counters.items()):
         label, _, name = key.rpartition(": ")  # a merged profile names them "<process>: <counter>"
         if name not in _COUNTERS:
