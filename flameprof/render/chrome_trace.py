@@ -265,9 +265,11 @@ def write_chrome_trace(
             w.lines(chunk)
     for key, (times, values) in sorted(profile.counters.items()):
         label, _, name = key.rpartition(": ")  # a merged profile names them "<process>: <counter>"
+        name, dot, device = name.partition(".")  # one series per GPU: gpu_util_percent.0
         if name not in _COUNTERS:
             continue
         title, scale = _COUNTERS[name]
+        title = f"{title} GPU {device}" if dot else title
         quoted = json.dumps(f"{title} ({label})" if label else title)
         w.lines(
             [

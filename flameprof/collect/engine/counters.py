@@ -1,4 +1,5 @@
-"""Process counters (CPU % and RSS), recorded every 200 ms during a profiling session.
+"""Process counters (CPU % and RSS, and the GPU's where there is one: gpu_counters.py), recorded
+every 200 ms during a profiling session.
 
 ``tick`` runs on the sampler thread after each sample and records at most one point per
 interval, so no thread is added to the profiled program. It holds the program's GIL meanwhile, so
@@ -14,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...model.counters import CPU_PERCENT, RSS_BYTES
+from .gpu_counters import GpuCounters
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,8 +26,10 @@ INTERVAL = 0.2  # the C sampler's clock runs the tick hooks this often (c_sample
 class CounterRecorder:
     """Keeps (time, value) points; times are seconds on the session's clock (``perf_counter() - t0``)."""
 
-    def __init__(self, t0: float, interval: float = INTERVAL) -> None:
+    def __init__(self, t0: float, interval: float = INTERVAL, gpu: GpuCounters | None = None) -> None:
         self.t0 = t0
+        self.gpu = gpu if gpu is not None else GpuCounters()
+        self.extra: dict[str, tuple[list[float], list[float]]] = {}  # GPU counters: (times, values)
         self.interval = interval
         self.times: list[float] = []
         self.cpu: list[float] = []
@@ -54,12 +58,20 @@ class CounterRecorder:
         self.rss.append(rss)
         self.times.append(now - self.t0)
         self._last_wall, self._last_cpu = now, cpu
+        for name, value in self.gpu.read().items():
+            times, values = self.extra.setdefault(name, ([], []))
+            values.append(value)
+            times.append(now - self.t0)
 
     def points(self) -> dict[str, tuple[list[float], list[float]]]:
         """Every (times, values) pair so far as plain lists, for part writers that must not import numpy."""
         n = len(self.times)
         times = self.times[:n]
-        return {CPU_PERCENT: (times, self.cpu[:n]), RSS_BYTES: (times, self.rss[:n])}
+        out = {CPU_PERCENT: (times, self.cpu[:n]), RSS_BYTES: (times, self.rss[:n])}
+        for name, (times, values) in list(self.extra.items()):
+            m = len(times)
+            out[name] = (times[:m], values[:m])
+        return out
 
     def series(self, start: float, end: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The counters recorded between ``start`` and ``end`` seconds, as the model stores them."""
