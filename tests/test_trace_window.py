@@ -2,6 +2,7 @@
 few steps of a real training loop, its ops under the samples' layer names and phases."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -128,3 +129,23 @@ def test_a_program_without_torch_runs_as_usual(tmp_path, write_script):
     assert proc.returncode == 0 and proc.stdout == "45\n"
     assert proc.stderr.count("warning") == 0
     assert storage.load(tmp_path / "out" / "profile.flameprof").trace is None
+
+
+def test_command_mode_traces_the_python_process_that_trains(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    out = tmp_path / "out"
+    proc = run_flameprof(
+        "run", "--trace-steps", "2:4", "-o", str(out), "--", sys.executable, str(script), "-1", timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "trained\n"
+    profile = storage.load(out / "profile.flameprof")
+    data = ops_report(profile)
+    assert data["ops"]["steps"] == 2
+    layers = {r["name"]: r for r in data["ops"]["layers"]}
+    assert layers["Net.fc1 (Linear)"]["params"] == 64 * 128 + 128
+    assert layers["Net.fc1 (Linear)"]["forward_flops"] == 2 * 2 * BATCH * 64 * 128
+    # on the merged profile's time base: the traced steps lie inside the run
+    assert all(0 < start < end <= profile.duration + 0.5 for start, end in profile.trace.steps)
+    assert not [p for p in out.iterdir() if p.name.startswith(".flameprof-parts")]

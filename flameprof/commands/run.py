@@ -181,7 +181,7 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
-    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
+    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses, trace_steps=args.trace_steps)
     try:
         snapshot = (lambda child: write_snapshot(tree, outdir, child)) if args.snapshot_every else None
         pid, returncode = run_command(argv, tree.environment(os.environ), args.snapshot_every, snapshot)

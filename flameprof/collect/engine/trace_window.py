@@ -232,6 +232,58 @@ def read_window(window: TraceWindow, epoch: float) -> Any:
     return trace
 
 
+TRACE_PREFIX, TRACE_SUFFIX, PARAMS_SUFFIX = "trace-", ".json", ".params.json"
+
+
+def trace_path(directory: str, host: str, pid: int) -> str:
+    """Where a process of a job leaves its window's trace for the parent to read (``read_exported``)."""
+    return os.path.join(directory, f"{TRACE_PREFIX}{host}-{pid}{TRACE_SUFFIX}")
+
+
+def export_window(window: TraceWindow, path: str) -> None:
+    """Close the window and write its trace to ``path`` and its layers' parameters beside it, for a
+    process that does not take its own profile (a job's child: its parent merges the parts)."""
+    import json
+
+    window.close()
+    for profiler in window.stopped[:1]:
+        try:
+            profiler.export_chrome_trace(path)
+            with open(path[: -len(TRACE_SUFFIX)] + PARAMS_SUFFIX, "w") as fh:
+                json.dump(window.params, fh)
+        except Exception as exc:
+            _warn(f"could not export the trace ({type(exc).__name__}: {exc})")
+    window.stopped = []
+    _remove(window.directory)
+
+
+def read_exported(directory: str, epoch: float) -> Any:
+    """The traces the processes of a job left in ``directory`` (``export_window``), as one Trace on the
+    merged profile's time base, or None."""
+    import json
+
+    from ...model.trace import concat
+    from ..importers.kineto import decode_document, read_trace
+
+    traces = []
+    names = sorted(
+        n for n in os.listdir(directory) if n.startswith(TRACE_PREFIX) and n.endswith(TRACE_SUFFIX)
+    )
+    for name in names:
+        if name.endswith(PARAMS_SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as fh:
+                trace = read_trace(decode_document(fh.read(), path), path, epoch)[0]
+            with open(path[: -len(TRACE_SUFFIX)] + PARAMS_SUFFIX) as fh:
+                trace.params.update({k: (int(c), int(b)) for k, (c, b) in json.load(fh).items()})
+            traces.append(trace)
+        except Exception as exc:
+            _warn(f"could not read {name} ({type(exc).__name__}: {exc})")
+    return concat(traces)
+
+
 def _remove(path: str) -> None:
     try:
         if os.path.isdir(path):

@@ -23,11 +23,13 @@ import time
 from ...model.records import ProcessInfo, short_command
 from ..engine.counters import CounterRecorder
 from ..engine.session import SESSION, run_metadata
+from ..engine.trace_window import export_window, parse_steps, trace_path
 from .parts import PartWriter
 
 ENV_DIR = "FLAMEPROF_CHILD_DIR"  # the parts directory; its presence turns profiling on
 ENV_RATE = "FLAMEPROF_CHILD_RATE"  # samples per second
 ENV_TREE = "FLAMEPROF_CHILD_TREE"  # "0": profile only the first Python process, not its children
+ENV_TRACE = "FLAMEPROF_CHILD_TRACE_STEPS"  # "FIRST:LAST": the steps each process traces (trace_window.py)
 ENV_RANK_PID = "FLAMEPROF_RANK_PID"  # set by the process that owns RANK, so its children know they are not it
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup")
 FLUSH_INTERVAL = 1.0  # seconds between flushes, at least
@@ -105,6 +107,10 @@ def start_from_environment() -> None:
     if multiprocessing_helper() == "resource_tracker":  # an idle helper that outlives its parent
         return
     rate = float(os.environ.get(ENV_RATE) or 100.0)
+    try:
+        trace_steps = parse_steps(os.environ[ENV_TRACE]) if os.environ.get(ENV_TRACE) else None
+    except ValueError:
+        trace_steps = None
     if os.environ.get(ENV_TREE) == "0":
         forget_environment(os.environ)
         _TREE.rate = rate
@@ -114,13 +120,13 @@ def start_from_environment() -> None:
     if _rank() is not None and ENV_RANK_PID not in os.environ:
         os.environ[ENV_RANK_PID] = str(os.getpid())
 
-    SESSION.acquire(rate)
+    SESSION.acquire(rate, trace_steps=trace_steps)
     record_this_process(directory)
 
 
 def forget_environment(env) -> None:
     """Remove what makes children profiled from ``env`` (a dict or ``os.environ``)."""
-    for name in (ENV_DIR, ENV_RATE, ENV_TREE):
+    for name in (ENV_DIR, ENV_RATE, ENV_TREE, ENV_TRACE):
         env.pop(name, None)
     entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     if entries:
@@ -251,6 +257,10 @@ class _Recorder:
         sampler = self.session.sampler
         if sampler is not None and sampler.running:
             sampler.stop()
+        if self.session.window is not None:
+            export_window(
+                self.session.window, trace_path(os.path.dirname(self.writer.path), self.host, self.pid)
+            )
         self.flush(final=True)
 
 

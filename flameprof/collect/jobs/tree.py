@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import FlameprofError
 from ...model.records import short_command
+from ..engine.trace_window import read_exported
 from . import child
 from .parts import part_files, wait_for_parts
 
@@ -28,10 +29,13 @@ def warn(message: str) -> None:
 class ProcessTree:
     """The parts directory of one run (mode 0700, inside the output directory until the merge)."""
 
-    def __init__(self, outdir: str, rate: float, whole_tree: bool = True) -> None:
+    def __init__(
+        self, outdir: str, rate: float, whole_tree: bool = True, trace_steps: tuple[int, int] | None = None
+    ) -> None:
         self.directory = tempfile.mkdtemp(prefix=".flameprof-parts-", dir=outdir)
         self.rate = rate
         self.whole_tree = whole_tree
+        self.trace_steps = trace_steps  # the steps each process traces (command mode)
 
     @classmethod
     def existing(cls, directory: str) -> ProcessTree:
@@ -39,6 +43,7 @@ class ProcessTree:
         tree = cls.__new__(cls)
         tree.directory = directory
         tree.rate = 0.0
+        tree.trace_steps = None
         tree.whole_tree = True
         return tree
 
@@ -49,6 +54,8 @@ class ProcessTree:
         env[child.ENV_DIR] = self.directory
         env[child.ENV_RATE] = repr(self.rate)
         env[child.ENV_TREE] = "1" if self.whole_tree else "0"
+        if self.trace_steps is not None:
+            env[child.ENV_TRACE] = "{}:{}".format(*self.trace_steps)
         env.pop(child.ENV_RANK_PID, None)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (child.BOOTSTRAP_DIR, env.get("PYTHONPATH")) if p)
         return env
@@ -69,6 +76,7 @@ class ProcessTree:
         # numpy-backed: imported once the program has ended, so the program never sees it imported
         from ...model import storage
         from ...model.merge import merge_profiles
+        from ...model.trace import concat
 
         partial = set(wait_for_parts(self.directory, EXIT_GRACE))
         profiles = [main] if main is not None else []
@@ -97,6 +105,9 @@ class ProcessTree:
                 f"{self.directory}"
             )
             return main
+        traced = read_exported(self.directory, float(merged.meta.get("start_time", 0.0)))
+        if traced is not None:
+            merged.trace = concat([merged.trace, traced])
         self.remove()
         return merged
 
