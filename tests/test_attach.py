@@ -213,6 +213,29 @@ def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
         trainer.wait()
 
 
+def test_attach_traces_the_next_steps(tmp_path):
+    from flameprof.analyze.ops import ops_report
+
+    trainer = subprocess.Popen([sys.executable, "-c", TORCH_TARGET], stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline() == "ready\n"
+        out = tmp_path / "out"
+        proc = run_flameprof(
+            "attach", str(trainer.pid), "--duration", "1.5", "--trace-steps", "3", "-q", "-o", str(out)
+        )
+        assert proc.returncode == 0, proc.stderr
+        data = ops_report(storage.load(out / "profile.flameprof"))
+        assert data["ops"]["steps"] == 3
+        layers = {r["name"]: r for r in data["ops"]["layers"]}
+        assert (
+            layers["Sequential.0 (Linear)"]["forward"] > 0 and layers["Sequential.0 (Linear)"]["backward"] > 0
+        )
+        assert trainer.poll() is None  # and it trains on, with the window's hooks gone
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+
 WATCHER = r"""
 import os, signal, subprocess, sys
 events = []

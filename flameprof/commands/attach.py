@@ -52,9 +52,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="as for flameprof run (inject only): attribute backward time to layers with autograd hooks",
     )
+    p.add_argument(
+        "--trace-steps",
+        type=_steps,
+        metavar="K",
+        help="inject only: also trace the next K whole steps with torch.profiler (ops, memory, device "
+        "kernels; see run --trace-steps)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="do not print the summary")
     add_render_options(p)
     p.set_defaults(func=attach)
+
+
+def _steps(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of steps (1 or more), got {text!r}")
+    return int(text)
 
 
 def _note(text: str) -> None:
@@ -83,6 +96,7 @@ def attach(args: argparse.Namespace) -> int:
                 children,
                 args.backward_layers,
                 follow_forks=args.subprocesses,
+                trace_steps=args.trace_steps,
             )
         except InjectUnavailable as exc:
             if find_pyspy() is None:

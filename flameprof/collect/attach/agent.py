@@ -33,6 +33,7 @@ from ...model.records import ProcessInfo
 from ..engine import choose_sampler
 from ..engine.sampler_base import start_without_signals
 from ..engine.session import SESSION, run_metadata
+from ..engine.trace_window import export_window, trace_path
 from ..jobs import child
 from ..jobs.child import command_line, process_role
 from ..jobs.parts import PartWriter, part_path
@@ -123,10 +124,12 @@ class _Agent:
             self.send(event="error", reason="followed", message="profiled already, as a followed fork")
             return
         try:
+            steps = config.get("trace_steps")
             self.start(
                 float(config.get("rate", 100.0)),
                 bool(config.get("backward_layers", False)),
                 bool(config.get("follow_forks", False)),
+                (1, 1 + int(steps)) if steps else None,  # the next whole steps: the current one is half over
             )
         except Exception as exc:
             self.send(event="error", message=f"the agent could not start: {type(exc).__name__}: {exc}")
@@ -145,11 +148,13 @@ class _Agent:
             self.finish("stop")
             atexit.unregister(self.finish)
 
-    def start(self, rate: float, backward_layers: bool, follow_forks: bool) -> None:
+    def start(
+        self, rate: float, backward_layers: bool, follow_forks: bool, trace_steps: tuple[int, int] | None
+    ) -> None:
         """Join (or start) the process's profiling session and begin this attach's part."""
 
         _quiet_session_start()
-        SESSION.acquire(rate, backward_layers)
+        SESSION.acquire(rate, backward_layers, trace_steps)
         try:
             self.t_start = SESSION.now()
             self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
@@ -196,6 +201,8 @@ class _Agent:
             if self.follower is not None:
                 self.follower.stop()
             try:
+                if SESSION.window is not None:
+                    export_window(SESSION.window, trace_path(self.channel, socket.gethostname(), self.pid))
                 SESSION.release()
                 self.flush(final=True)
                 self.send(event="saved", reason=reason)

@@ -32,6 +32,8 @@ from ...errors import FlameprofError, InjectUnavailable
 from ...model import storage
 from ...model.merge import merge_profiles
 from ...model.profile import Profile
+from ...model.trace import concat
+from ..engine.trace_window import read_exported
 from ..jobs.parts import part_files, wait_for_parts
 from .agent import DETACH_THREAD, FLUSH_INTERVAL, mark_detached
 from .bootstrap import BOOTSTRAP_ERROR, bootstrap_source, package_dir
@@ -55,11 +57,13 @@ def record(
     children: list[TargetProcess] = (),
     backward_layers: bool = False,
     follow_forks: bool = False,
+    trace_steps: int | None = None,
 ) -> Profile:
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
     injected agent; several processes come back as one merged profile. With ``follow_forks`` the
     children that the profiled processes fork meanwhile are profiled too, and other Python
-    processes that appear below ``target`` are injected as they appear.
+    processes that appear below ``target`` are injected as they appear. With ``trace_steps`` K, each
+    profiled process also traces its next K whole steps (collect/engine/trace_window.py).
 
     Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
     instead), FlameprofError for everything else; a child that cannot be profiled is left out.
@@ -89,7 +93,12 @@ def record(
                 injected.append(child)
             elif alive(child.pid):  # one that ended meanwhile is simply not there
                 note(f"leaving out child process {child.pid}: {failure}")
-        config = {"rate": rate, "backward_layers": backward_layers, "follow_forks": follow_forks}
+        config = {
+            "rate": rate,
+            "backward_layers": backward_layers,
+            "follow_forks": follow_forks,
+            "trace_steps": trace_steps,
+        }
         remotes = _start(channel, injected, config)
         by_pid = {t.pid: t for t in injected}
 
@@ -134,10 +143,15 @@ def record(
         finally:
             for remote in remotes:
                 remote.conn.close()
-    if len(profiles) == 1:
-        return profiles[0]
-    merged = merge_profiles(profiles, main_pid=target.pid)
-    merged.meta.update(collector="attach", backend="inject")
+        if len(profiles) == 1:
+            merged = profiles[0]
+        else:
+            merged = merge_profiles(profiles, main_pid=target.pid)
+            merged.meta.update(collector="attach", backend="inject")
+        if trace_steps:
+            merged.trace = concat(
+                [merged.trace, read_exported(channel.path, float(merged.meta["start_time"]))]
+            )
     return merged
 
 

@@ -273,15 +273,20 @@ def read_exported(directory: str, epoch: float) -> Any:
         if name.endswith(PARAMS_SUFFIX):
             continue
         path = os.path.join(directory, name)
-        try:
-            with open(path, "rb") as fh:
-                trace = read_trace(decode_document(fh.read(), path), path, epoch)[0]
-            with open(path[: -len(TRACE_SUFFIX)] + PARAMS_SUFFIX) as fh:
-                trace.params.update({k: (int(c), int(b)) for k, (c, b) in json.load(fh).items()})
+        try:  # written by the profiled process (attach: another user): links are not followed
+            trace = read_trace(decode_document(_read_file(path), path), path, epoch)[0]
+            params = json.loads(_read_file(path[: -len(TRACE_SUFFIX)] + PARAMS_SUFFIX))
+            trace.params.update({str(k): (int(c), int(b)) for k, (c, b) in params.items()})
             traces.append(trace)
         except Exception as exc:
             _warn(f"could not read {name} ({type(exc).__name__}: {exc})")
     return concat(traces)
+
+
+def _read_file(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def _remove(path: str) -> None:
