@@ -20,7 +20,7 @@ from kineto_traces import (
 )
 from torch import nn
 
-from flameprof.analyze.ops import ops_report
+from flameprof.analyze.ops import device_verdict, ops_report
 from flameprof.analyze.views import display_stacks
 from flameprof.collect.importers.kineto import decode_document, read_trace
 from flameprof.collect.importers.load import load_bytes
@@ -59,11 +59,30 @@ def test_gpu_step_kernels_go_to_the_layer_and_phase_that_launched_them(tmp_path,
 
 
 def test_gpu_step_idle_time_is_explained_and_judged(tmp_path):
-    idle = _report(tmp_path, gpu_step())["device"]["idle"]
+    data = _report(tmp_path, gpu_step())
+    idle = data["device"]["idle"]
     assert idle["seconds"] == pytest.approx(IDLE_US / 1e6)
-    assert idle["data_percent"] == pytest.approx(100 * IDLE_DATA_US / IDLE_US, abs=0.01)
-    assert idle["sync_percent"] == pytest.approx(100 * IDLE_SYNC_US / IDLE_US, abs=0.01)
-    assert idle["verdict"].startswith("input-bound")
+    # shares of the step's wall time (1000 us)
+    assert idle["percent"] == pytest.approx(IDLE_US / 10, abs=0.01)
+    assert idle["data_percent"] == pytest.approx(IDLE_DATA_US / 10, abs=0.01)
+    assert idle["sync_percent"] == pytest.approx(IDLE_SYNC_US / 10, abs=0.01)
+    assert idle["host_percent"] == pytest.approx((IDLE_US - IDLE_DATA_US - IDLE_SYNC_US) / 10, abs=0.01)
+    assert idle["level"] == "input" and idle["verdict"].startswith("highly input-bound")
+    assert data["verdict"]["device"] == {"level": "input", "text": idle["verdict"]}
+
+
+@pytest.mark.parametrize(
+    "shares, level, start",
+    [
+        ({"data": 0.06, "sync": 0.5, "host": 0.0}, "input", "moderately input-bound"),
+        ({"data": 0.01, "sync": 0.3, "host": 0.1}, "sync", "sync-bound"),
+        ({"data": 0.01, "sync": 0.0, "host": 0.25}, "host", "host-bound"),
+        ({"data": 0.01, "sync": 0.05, "host": 0.1}, "device", "device-bound"),
+    ],
+)
+def test_device_verdict_thresholds(shares, level, start):
+    verdict = device_verdict(shares)
+    assert verdict["level"] == level and verdict["verdict"].startswith(start)
 
 
 def test_gpu_step_layers_ops_and_memory(tmp_path):

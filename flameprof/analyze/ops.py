@@ -26,6 +26,7 @@ from ..model.trace import (
     TRACE_PHASES,
     Trace,
 )
+from .advice import HIGHLY, MODERATELY
 
 TOP_OPS = 15
 # Device idle time is input-bound, host-bound or sync-bound when that cause has at least this share.
@@ -357,30 +358,39 @@ def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]
 
     idle = np.concatenate([_gaps(busy, a, b) for a, b in spans]) if spans else np.zeros((0, 2))
     total = float((idle[:, 1] - idle[:, 0]).sum()) if len(idle) else 0.0
+    wall = sum(b - a for a, b in spans)
     data, sync = _overlap(idle, union("data")), _overlap(idle, union("sync"))
-    host_busy = max(total - data - sync, 0.0)
-    shares = {
-        k: (v / total if total > 0 else 0.0) for k, v in (("data", data), ("sync", sync), ("host", host_busy))
+    shares = {  # of the traced steps' wall time
+        "data": data / wall if wall > 0 else 0.0,
+        "sync": sync / wall if wall > 0 else 0.0,
+        "host": max(total - data - sync, 0.0) / wall if wall > 0 else 0.0,
     }
-    cause = max(shares, key=shares.get) if total > 0 else ""
-    verdict = {
-        "data": "input-bound: the device idles while the host waits for data",
-        "sync": "sync-bound: the device idles while the host blocks in synchronisation",
-        "host": "host-bound: the device idles while the host runs Python and launches work",
-    }.get(cause, "")
-    if not verdict or shares[cause] < IDLE_CAUSE_SHARE:
-        verdict = (
-            "device-bound: the device is rarely idle"
-            if total <= 0.05 * sum(b - a for a, b in spans)
-            else verdict
-        )
     return {
         "seconds": total,
+        "percent": 100 * total / wall if wall > 0 else 0.0,
         "data_percent": 100 * shares["data"],
         "sync_percent": 100 * shares["sync"],
         "host_percent": 100 * shares["host"],
-        "verdict": verdict,
+        **device_verdict(shares),
     }
+
+
+def device_verdict(shares: dict[str, float]) -> dict:
+    """Why the device idles, from the shares of step time it idled while the host waited for data,
+    blocked in syncs, or was busy itself. Input-bound keeps the samples' thresholds (20 % highly,
+    5 % moderately); a sync or host share of 20 % names the bottleneck; else the device is the limit."""
+    data = shares["data"]
+    if data >= MODERATELY:
+        degree = "highly" if data >= HIGHLY else "moderately"
+        text = f"{degree} input-bound: the device idles {100 * data:.1f}% of the step"
+        text += " while the host waits for data"
+        return {"level": "input", "verdict": text}
+    cause = max(("sync", "host"), key=shares.__getitem__)
+    if shares[cause] >= IDLE_CAUSE_SHARE:
+        what = "blocks in synchronisation" if cause == "sync" else "runs Python and launches work"
+        text = f"{cause}-bound: the device idles {100 * shares[cause]:.1f}% of the step while the host {what}"
+        return {"level": cause, "verdict": text}
+    return {"level": "device", "verdict": "device-bound: the device is busy; speed up its kernels"}
 
 
 def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float]:

@@ -93,10 +93,10 @@ def format_ops_text(data: dict, top: int) -> list[str]:
         if device["idle"]:
             idle = device["idle"]
             out.append(
-                f"  idle {_ms(idle['seconds'])}: waiting for data {idle['data_percent']:.1f}%, "
-                f"in syncs {idle['sync_percent']:.1f}%, host busy {idle['host_percent']:.1f}%"
+                f"  idle {idle['percent']:.1f}% of the step time: while the host waits for data "
+                f"{idle['data_percent']:.1f}%, blocks in syncs {idle['sync_percent']:.1f}%, "
+                f"is busy {idle['host_percent']:.1f}%"
             )
-            out.append(f"  verdict: {idle['verdict']}")
         for name, seconds in list(device["kernel_by_layer"].items())[:top]:
             out.append(f"  kernels {_ms(seconds):>12}  {name}")
         for kind, copy in device["copies"].items():
@@ -144,5 +144,10 @@ def format_ops_markdown(data: dict, top: int) -> list[str]:
     if device:
         out += ["", f"Device busy {device['busy_percent']:.1f}% of the traced steps."]
         if device["idle"]:
-            out.append(f"Device verdict: {markdown.text(device['idle']['verdict'])}.")
+            idle = device["idle"]
+            out.append(
+                f"Idle {idle['percent']:.1f}% of the step time: while the host waits for data "
+                f"{idle['data_percent']:.1f}%, blocks in syncs {idle['sync_percent']:.1f}%, "
+                f"is busy {idle['host_percent']:.1f}%."
+            )
     return out

@@ -141,10 +141,17 @@ def report_data(
             "text": verdict.text,
             "thresholds": {"highly": 100 * HIGHLY, "moderately": 100 * MODERATELY},
             "advice": verdict.advice,
+            "device": _device_verdict(traced["device"]),
         },
         "processes": processes_report(profile, rules),
         **traced,
     }
+
+
+def _device_verdict(device: dict) -> dict | None:
+    """The traced window's verdict on the device (analyze/ops.py), None without a device."""
+    idle = device.get("idle") if device else None
+    return {"level": idle["level"], "text": idle["verdict"]} if idle else None
 
 
 def format_json(data: dict) -> str:
@@ -262,6 +269,8 @@ def format_text(data: dict, top: int = TOP) -> str:
             f"  #{i:<5} {kind:<8} {_ms(st['wall']):>10}  {step_phase_text(st)}" for kind, i, st in notable
         ]
     out += ["", f"verdict: {data['verdict']['text']}"]
+    if data["verdict"]["device"]:
+        out.append(f"  on the device (traced window): {data['verdict']['device']['text']}")
     out += [f"  - {a}" for a in data["verdict"]["advice"]]
     if data["processes"]:
         out += ["", "processes:"] + [f"  {line}" for line in data["processes"]["lines"]]
@@ -296,6 +305,8 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         f"**Verdict: {markdown.text(data['verdict']['text'])}**",
         "",
     ]
+    if data["verdict"]["device"]:
+        out += [f"On the device (traced window): {markdown.text(data['verdict']['device']['text'])}", ""]
     out += [f"- {markdown.text(a)}" for a in data["verdict"]["advice"]]
     if data["processes"]:
         out += ["", "## Processes", ""] + [f"- {markdown.text(line)}" for line in data["processes"]["lines"]]
