@@ -213,3 +213,15 @@ def test_ops_view_without_a_window_is_one_error_line(tmp_path):
     folded.write_text("main;work 10\n")
     proc = run_flameprof("render", str(folded), "--view", "ops", "-o", str(tmp_path / "x.svg"))
     assert_one_error_line(proc, "no traced window")
+
+
+def test_html_report_has_the_traced_window(tmp_path):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps(gpu_step()))
+    proc = run_flameprof("render", str(path), "--format", "html", "-o", str(tmp_path / "g.svg"))
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "g.html").read_text()
+    for anchor in ("fp-traced-window", "fp-ops", "fp-op-layers", "fp-memory-chart", "fp-device"):
+        assert f'id="{anchor}"' in html, anchor
+    assert "sm90_gemm" not in html.split('id="fp-flamegraph"')[0]  # kernels are in the device line only
+    assert "highly input-bound" in html

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..analyze.phases import LEAF_PHASES
 from .asset_files import asset
+from .html_trace import traced_window_html
 from .report import phase_lines, report_data, steps_line
 from .svg import render_svg
 
@@ -176,6 +177,7 @@ def render_html(profile: Profile, analysis: Analysis, options: OutputOptions, so
             "<h2>Top functions</h2>",
             _rows_table("fp-functions", data["functions"], "function"),
             "\n",
+            traced_window_html(data, profile),
             '<h2>Flame graph</h2><p class="note">Click a frame to zoom, Ctrl-F to search, Escape to '
             "reset.</p>\n",
             f'<div id="fp-flamegraph">{svg}</div>\n',
