@@ -18,6 +18,7 @@ import numpy as np
 from .builder import ProfileBuilder
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 from .records import short_command
+from .validate import check_profile
 
 
 def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessInfo]:
@@ -102,7 +103,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         counters={k: _by_time(t, v) for k, (t, v) in counters.items()},
         meta=_merged_meta(profiles, infos, epoch, end, hosts),
     )
-    merged.validate()
+    check_profile(merged)
     return merged
 
 

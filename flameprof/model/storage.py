@@ -19,16 +19,19 @@ from __future__ import annotations
 import io
 import json
 import os
-import zipfile
 
 import numpy as np
 
 from ..atomic import write_bytes
 from ..errors import FlameprofError
+from . import validate
 from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from .npy import read_column
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from .safezip import read_members
 
 _US = 1e6
+_TIMES = ("sample_time", "sample_wall", "sample_cpu")  # integer microseconds in the file
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -77,61 +80,67 @@ def is_flameprof_file(head: bytes) -> bool:
     return head.startswith(b"PK\x03\x04")
 
 
+_TABLES = ("meta.json", "frames.json", "threads.json", "processes.json", "marks.json", "counters.json")
+_COLUMNS = {
+    "stack_parent": np.int32,
+    "stack_frame": np.int32,
+    "sample_time": np.int64,
+    "sample_thread": np.int32,
+    "sample_stack": np.int32,
+    "sample_wall": np.int64,
+    "sample_cpu": np.int64,
+}
+
+
 def loads(data: bytes, source: str = "<bytes>") -> Profile:
-    """Parse the bytes of a ``.flameprof`` file; any defect raises FlameprofError naming ``source``."""
+    """Parse the bytes of a ``.flameprof`` file, checked whole (``validate``) before it is returned; any
+    defect raises FlameprofError naming ``source``, within time and memory linear in ``len(data)``."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-
-            def table(name: str):
-                return json.loads(zf.read(name).decode("utf-8"))
-
-            def column(name: str) -> np.ndarray:
-                return np.load(io.BytesIO(zf.read(name + ".npy")), allow_pickle=False)
-
-            meta = table("meta.json")
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise FlameprofError(f"{source}: not a flameprof profile")
-            if int(meta.get("version", 0)) > VERSION:
-                raise FlameprofError(
-                    f"{source}: profile format version {meta.get('version')} is newer than "
-                    f"this flameprof reads ({VERSION}); upgrade flameprof"
-                )
-            counters = {
-                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                for k, (t, v) in table("counters.json").items()
-            }
-            profile = Profile(
-                frames=[Frame(str(n), str(f), int(line), str(k)) for n, f, line, k in table("frames.json")],
-                stack_parent=column("stack_parent"),
-                stack_frame=column("stack_frame"),
-                threads=[ThreadInfo(int(p), int(t), str(n)) for p, t, n in table("threads.json")],
-                processes=[
-                    ProcessInfo(int(p), str(r), str(h), str(c), int(pp))
-                    for p, r, h, c, pp in table("processes.json")
-                ],
-                sample_time=column("sample_time") / _US,
-                sample_thread=column("sample_thread"),
-                sample_stack=column("sample_stack"),
-                sample_wall=column("sample_wall") / _US,
-                sample_cpu=column("sample_cpu") / _US,
-                marks=[Mark(float(t), int(th), str(n), str(v)) for t, th, n, v in table("marks.json")],
-                counters=counters,
-                meta=meta,
+        members = read_members(data, _TABLES + tuple(name + ".npy" for name in _COLUMNS))
+        tables = {name: _json(members[name], name) for name in _TABLES}
+        meta = validate.meta(tables["meta.json"])
+        if meta.get("format") != FORMAT:
+            raise FlameprofError(f"{source}: not a flameprof profile")
+        if meta.get("version", 0) > VERSION:
+            raise FlameprofError(
+                f"{source}: profile format version {meta.get('version')} is newer than "
+                f"this flameprof reads ({VERSION}); upgrade flameprof"
             )
-            profile.validate()
-            return profile
-    except FlameprofError:
-        raise
-    except (
-        zipfile.BadZipFile,
-        KeyError,
-        ValueError,
-        TypeError,
-        OSError,
-        EOFError,
-        UnicodeDecodeError,
-    ) as exc:
+        columns = {name: read_column(members[name + ".npy"], name, t) for name, t in _COLUMNS.items()}
+        profile = Profile(
+            frames=[Frame(*row) for row in validate.rows(tables["frames.json"], "frames.json", "ssis")],
+            threads=[
+                ThreadInfo(*row) for row in validate.rows(tables["threads.json"], "threads.json", "iis")
+            ],
+            processes=[
+                ProcessInfo(*row)
+                for row in validate.rows(tables["processes.json"], "processes.json", "isssi")
+            ],
+            marks=[
+                Mark(float(t), *rest)
+                for t, *rest in validate.rows(tables["marks.json"], "marks.json", "niss")
+            ],
+            counters={
+                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                for k, (t, v) in validate.counters(tables["counters.json"]).items()
+            },
+            meta=meta,
+            **{name: columns[name] / _US if name in _TIMES else columns[name] for name in _COLUMNS},
+        )
+        validate.check_profile(profile)
+        return profile
+    except ValueError as exc:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
+
+
+def _json(data: bytes, name: str) -> object:
+    """A JSON member; nesting past the interpreter's recursion limit is a defect, not a crash."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{name} is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError among them
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def load(path: str | os.PathLike) -> Profile:
