@@ -14,6 +14,7 @@ from typing import BinaryIO
 from ...errors import FlameprofError
 from ...model import storage
 from ...model.profile import Profile
+from ...model.validate import check_profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
 from .perf_script import read_perf_script
@@ -76,8 +77,14 @@ def _check_text(head: bytes, source: str) -> None:
 
 
 def _found(profile: Profile, source: str, fmt: str) -> Profile:
+    """``profile`` when it has samples and is consistent (``validate``: no renderer meets counts that
+    sum past a double, say), else one error line."""
     if not profile.num_samples:
         raise FlameprofError(f"{source}: no stacks found (read as {fmt})")
+    try:
+        check_profile(profile)
+    except ValueError as exc:
+        raise FlameprofError(f"{source}: {exc} (read as {fmt})") from None
     return profile
 
 

@@ -500,7 +500,12 @@ def read_perf_script(
         t = _TIME.search(header, m.end(2))
         samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))
     note_skipped(
-        builder.meta, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line"
+        builder.meta,
+        source,
+        parser.skipped,
+        f"line {parser.first_bad}",
+        "unrecognized perf script line",
+        found=bool(samples),
     )
     parser.report()
     event = parser.event_filter.split(b":")[0]

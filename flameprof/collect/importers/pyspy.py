@@ -110,7 +110,9 @@ def read_pyspy_raw(
                 ids.append(fid)
             entry = stacks[stack] = (threads.thread(roots), builder.stack_id(ids))
         builder.add_sample(0.0, entry[0], entry[1], weight, weight)
-    note_skipped(builder.meta, source, reader.skipped, f"line {reader.first_bad}")
+    note_skipped(
+        builder.meta, source, reader.skipped, f"line {reader.first_bad}", found=builder.num_samples > 0
+    )
     profile = builder.build()
     return counts_to_seconds(profile, rate) if rate else profile
 
@@ -156,7 +158,14 @@ def read_speedscope(data: bytes | str, source: str = "<stdin>", strict: bool = T
     reader = _SpeedscopeReader(builder, frames, source, strict)
     for number, prof in enumerate(profiles):
         reader.profile(number, prof)
-    note_skipped(builder.meta, source, reader.skipped, reader.first_bad or "", "malformed speedscope sample")
+    note_skipped(
+        builder.meta,
+        source,
+        reader.skipped,
+        reader.first_bad or "",
+        "malformed speedscope sample",
+        found=builder.num_samples > 0,
+    )
     builder.meta["weight_unit"] = reader.unit or "count"
     return builder.build()
 
