@@ -7,7 +7,7 @@ import io
 import itertools
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from functools import partial
 from typing import BinaryIO
 
@@ -51,19 +51,30 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
         raise FlameprofError(f"unknown input format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if fmt == "flameprof":
         return storage.loads(data, source)
-    if fmt == "perf":
-        profile = read_perf_script([data], source, strict)
-    elif fmt == "speedscope":
-        profile = read_speedscope(data, source, strict)
-    else:
+    if fmt not in ("perf", "speedscope"):
         _check_text(data, source)
-        if fmt == "pyspy":
+    with _held_warnings():
+        if fmt == "perf":
+            profile = read_perf_script([data], source, strict)
+        elif fmt == "speedscope":
+            profile = read_speedscope(data, source, strict)
+        elif fmt == "pyspy":
             # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
             text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
             profile = read_pyspy_raw(text, source, strict)
         else:
             profile = read_folded_chunks([data], source, strict)
-    return _found(profile, source, fmt)
+        return _found(profile, source, fmt)
+
+
+@contextmanager
+def _held_warnings() -> Iterator[None]:
+    """Hold the warnings a reader prints (skipped lines, ...) until the profile it read is found good:
+    an input refused after all ends in its one error line, not in a warning and then an error."""
+    held = io.StringIO()
+    with redirect_stderr(held):
+        yield
+    sys.stderr.write(held.getvalue())
 
 
 def _check_text(head: bytes, source: str) -> None:
@@ -97,7 +108,8 @@ def load_input(path: str, strict: bool = True) -> Profile:
         if detect_format(head) == "folded":
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
-            return _found(read_folded_chunks(chunks, source, strict), source, "folded")
+            with _held_warnings():
+                return _found(read_folded_chunks(chunks, source, strict), source, "folded")
         if start is not None:  # read whole from the start: no second copy to join the head to the rest
             fh.seek(start)
             data = fh.read()
