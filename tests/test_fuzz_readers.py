@@ -171,6 +171,12 @@ def test_folded_counts_summing_past_a_double_are_one_error(tmp_path):
     assert "total at most" in error_line(tmp_path, data, ".folded", "render", "{in}", "-o", "{out}.svg")
 
 
+def test_folded_counts_too_large_to_store_are_one_error_on_import(tmp_path):
+    data = b"main;a 1e30\n"  # fine to draw, but a .flameprof stores weights as int64 millionths
+    line = error_line(tmp_path, data, ".folded", "import", "{in}", "-o", "{out}.flameprof")
+    assert "cannot be stored" in line
+
+
 def test_a_perf_header_with_a_30_digit_period_is_read_at_once(tmp_path):
     path = tmp_path / "perf.txt"
     path.write_bytes(b"python3 4242/4242 [001] 100.000100: " + b"1" * 30 + b" cpu-clock:ppp x\n\t1 f (m)\n\n")

@@ -40,12 +40,18 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+_MAX_STORED = 2.0**63 / _US  # seconds (or counts) that int64 microseconds hold
+
+
 def _us(seconds: np.ndarray) -> np.ndarray:
+    if len(seconds) and not np.abs(seconds).max() < _MAX_STORED:
+        raise ValueError(f"times or weights over {_MAX_STORED:.3g} cannot be stored in a .flameprof file")
     return np.rint(seconds * _US).astype(np.int64)
 
 
 def dumps(profile: Profile) -> bytes:
-    """Serialise ``profile`` to the bytes of a ``.flameprof`` file."""
+    """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
+    is past what the file stores."""
     meta = dict(profile.meta, format=FORMAT, version=VERSION)
     tables = {
         "meta.json": meta,
