@@ -408,6 +408,7 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
 
     from flameprof.model import storage
     from flameprof.model.profile import Profile
+    from flameprof.model.validate import check_profile
 
     lines = [f"file size of {count} samples:"]
     real = sampler.builder.build()
@@ -434,7 +435,7 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
         ("sampled (8 parked threads)", real),
         ("synthetic (2,000 stacks, jittered wall, random CPU)", synthetic),
     ):
-        profile.validate()
+        check_profile(profile)
         size = len(storage.dumps(profile))
         lines.append(
             f"  {name:52s} {size / 2**20:6.2f} MB   target < 20 MB: {'ok' if size < 20 * 2**20 else 'MISSED'}"

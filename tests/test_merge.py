@@ -15,6 +15,7 @@ from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.merge import merge_profiles
 from flameprof.model.profile import Frame, Mark, ProcessInfo
+from flameprof.model.validate import check_profile
 
 WORKER_LOOP = Frame("_worker_loop", TORCH + "utils/data/_utils/worker.py", 200)
 FETCH = Frame("_MapDatasetFetcher.fetch", TORCH + "utils/data/_utils/fetch.py", 40)
@@ -47,7 +48,7 @@ def test_merge_rebases_time_and_roots_each_process():
     main = single(1000.0, 10, "a", [PHASE_STACKS["data"]] * 3)
     worker = single(1002.0, 11, "a", [[WORKER_LOOP, FETCH, GETITEM]] * 2, role="dataloader worker 0")
     merged = merge_profiles([main, worker])
-    merged.validate()
+    check_profile(merged)
     assert merged.meta["start_time"] == 1000.0 and merged.meta["process_count"] == 2
     assert merged.duration == pytest.approx(2.02)
     assert roots(merged) == pytest.approx({"main": 0.03, "dataloader worker 0": 0.02})

@@ -22,6 +22,7 @@ from flameprof.collect.engine.interning import MAX_DEPTH
 from flameprof.collect.engine.python_sampler import PythonSampler
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.records import Frame
+from flameprof.model.validate import check_profile
 
 FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
 
@@ -80,7 +81,7 @@ TARGET, LEVEL = frame_name(Parked.target), frame_name(Parked.level)
 def stacks_by_thread(builder: ProfileBuilder) -> dict[str, Counter]:
     """Thread name -> Counter of stacks (tuples of frame names, root first)."""
     profile = builder.build()
-    profile.validate()
+    check_profile(profile)
     stacks = profile.all_stack_frames()
     out: dict[str, Counter] = {}
     for thread, sid in zip(profile.sample_thread.tolist(), profile.sample_stack.tolist()):
@@ -411,7 +412,7 @@ def test_threads_starting_and_ending_while_sampling_at_high_rate():
             t.join()
     sampler.stop()
     profile = sampler.builder.build()
-    profile.validate()
+    check_profile(profile)
     assert len({(t.pid, t.tid) for t in profile.threads}) == len(profile.threads)
     assert sampler.ticks > 0 and not sampler.running
 
@@ -618,6 +619,7 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
         from flameprof.collect.engine.c_sampler import CSampler
         from flameprof.model.records import Frame
         from flameprof.model.builder import ProfileBuilder
+        from flameprof.model.validate import check_profile
 
         class Cyclic:
             def __init__(self):
@@ -657,7 +659,7 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
         for t in threads:
             t.join()
         profile = sampler.builder.build()
-        profile.validate()
+        check_profile(profile)
         print("ok", profile.num_samples > 0)
     """)
     assert proc.returncode == 0, proc.stderr

@@ -16,6 +16,7 @@ from flameprof.collect.perf.record import PerfRecording, PerfUnavailable
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.records import Frame
+from flameprof.model.validate import check_profile
 from flameprof.profiler import SESSION, Profiler
 
 LIBZ = "/usr/lib/libz.so.1"
@@ -87,7 +88,7 @@ def test_merge_splits_each_python_sample_among_the_native_stacks_in_its_interval
     assert merged.sample_wall.sum() == pytest.approx(profile.sample_wall.sum())
     assert merged.sample_cpu.sum() == pytest.approx(profile.sample_cpu.sum())
     assert merged.meta["native"]["matched_perf_samples"] == 4
-    merged.validate()
+    check_profile(merged)
 
 
 def _compress_a_lot(data: bytes) -> int:
@@ -115,7 +116,7 @@ def test_merge_of_a_real_perf_recording_keeps_the_python_totals():
         recording.close()
     assert not os.path.exists(recording.data)
     merged = merge_native(profile, perf, os.getpid(), perf.meta["time_origin"] - clock_zero)
-    merged.validate()
+    check_profile(merged)
     for thread in range(len(profile.threads)):
         before, after = profile.sample_thread == thread, merged.sample_thread == thread
         assert merged.sample_wall[after].sum() == pytest.approx(profile.sample_wall[before].sum(), rel=1e-9)

@@ -13,6 +13,7 @@ from flameprof.collect.importers.folded import read_folded
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.frames import Labeler
 from flameprof.model.profile import Frame
+from flameprof.model.validate import check_profile
 from flameprof.render.svg import UNITS, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -108,7 +109,7 @@ def test_tree_matches_display_stacks_of_every_view():
 def test_folded_reading_interns_each_call_path_once():
     lines = ["a;b;c 1", "x;b 2", "a;b 3", "a;b;c 4", "a 5", "f (m.py:01);g 6", "f (m.py:1);g 7"]
     profile = folded(*lines)
-    profile.validate()
+    check_profile(profile)
     prefixes = {
         tuple(s.split(";")[:k])
         for s in (line.rpartition(" ")[0] for line in lines[:5])

@@ -195,15 +195,16 @@ def check(
     baseline: Profile | None = None,
     max_regression: float | None = None,
     top: int = 10,
+    names: tuple[str, str] = ("the profile", "the baseline profile"),
 ) -> CheckResult:
     """Measure ``budgets`` on ``profile`` and, with a baseline, the growth of every phase, layer and
-    function."""
+    function. ``names`` (the profile's and the baseline's) say which one an error is about."""
     new = analyze(profile, top=0)
     base = analyze(baseline, top=0) if baseline is not None else None
     name = choose_basis(basis, [new] + ([base] if base is not None else []))
     new_basis = make_basis(new, name)
     if new_basis.seconds <= 0:
-        raise FlameprofError("the profile has no samples on its loop thread to check")
+        raise FlameprofError(f"{names[0]}: no samples on its loop thread to check")
     result = CheckResult(name, max_regression=max_regression)
     for budget in budgets:
         seconds = budget_seconds(new, new_basis, budget)
@@ -222,7 +223,7 @@ def check(
         return result
     base_basis = make_basis(base, name)
     if base_basis.seconds <= 0:
-        raise FlameprofError("the baseline profile has no samples on its loop thread to compare with")
+        raise FlameprofError(f"{names[1]}: no samples on its loop thread to compare with")
     new_items, base_items = item_seconds(new, new_basis), item_seconds(base, base_basis)
     # Normalise to shares (wall) or to per-step seconds over the baseline's step time (step).
     new_norm = (

@@ -192,8 +192,19 @@ def default_rules() -> list[Rule]:
 def profile_rules(profile: Profile, user: Iterable[Rule] = ()) -> list[Rule]:
     """The rules that apply to ``profile``: ``user``'s, then those saved with the profile
     (``meta["phase_rules"]``, ``NAME=PATTERN`` strings), then declared scopes, then the built-ins."""
-    saved = [parse_rule(text) for text in profile.meta.get("phase_rules") or ()]
-    return [*user, *saved, *scope_rules(profile), *default_rules()]
+    return [*user, *_saved_rules(profile), *scope_rules(profile), *default_rules()]
+
+
+def _saved_rules(profile: Profile) -> list[Rule]:
+    """The rules ``run --phase`` saved with the profile; one that does not parse (a hand-edited file)
+    is left out, as an unknown declared phase is."""
+    rules = []
+    for text in profile.meta.get("phase_rules") or ():
+        try:
+            rules.append(parse_rule(text))
+        except FlameprofError:
+            continue
+    return rules
 
 
 class Classifier:

@@ -70,7 +70,9 @@ def run(args: argparse.Namespace) -> int:
         )
     profile = load_input(args.profile)
     baseline = load_input(args.baseline) if args.baseline else None
-    result = check(profile, budgets, args.basis, baseline, args.max_regression)
+    result = check(
+        profile, budgets, args.basis, baseline, args.max_regression, names=(args.profile, str(args.baseline))
+    )
     markdown = check_markdown(result, args.profile)
     try:
         if args.summary:

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         storage.save(profile, args.output)
     except OSError as exc:
         raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # counts too large for the file format
+        raise FlameprofError(f"{source}: {exc}") from None
     print(
         f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from "
         f"{source} "

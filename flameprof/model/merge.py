@@ -19,6 +19,7 @@ from .builder import ProfileBuilder
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 from .records import short_command
 from .trace import Trace, concat, shifted
+from .validate import check_profile
 
 
 def processes_of(profile: Profile, main_pid: int | None = None) -> list[ProcessInfo]:
@@ -107,7 +108,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         meta=_merged_meta(profiles, infos, epoch, end, hosts),
         trace=concat(traces),
     )
-    merged.validate()
+    check_profile(merged)
     return merged
 
 

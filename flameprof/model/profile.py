@@ -128,28 +128,6 @@ class Profile:
             out[i] = (out[p] + (f,)) if p >= 0 else (f,)
         return out
 
-    def validate(self) -> None:
-        """Raise ValueError when the tables do not reference each other consistently."""
-        n = self.num_samples
-        for name in SAMPLE_COLUMNS:
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"column {name} has {len(getattr(self, name))} rows, expected {n}")
-        if len(self.stack_parent) != len(self.stack_frame):
-            raise ValueError("stack tables differ in length")
-        ns = len(self.stack_parent)
-        if ns and (self.stack_parent.max() >= ns or self.stack_parent.min() < -1):
-            raise ValueError("stack parent out of range")
-        if ns and np.any(self.stack_parent >= np.arange(ns)):
-            raise ValueError("stack parent must precede its child")
-        if ns and (self.stack_frame.min() < 0 or self.stack_frame.max() >= len(self.frames)):
-            raise ValueError("stack frame out of range")
-        if n and (self.sample_stack.min() < -1 or self.sample_stack.max() >= ns):
-            raise ValueError("sample stack out of range")
-        if n and (self.sample_thread.min() < 0 or self.sample_thread.max() >= len(self.threads)):
-            raise ValueError("sample thread out of range")
-        if self.trace is not None:
-            self.trace.validate()
-
 
 def iter_stacks(profile: Profile, mode: str = "wall") -> Iterator[tuple[tuple[int, ...], float]]:
     """Aggregate samples into (root-first frame ids, summed weight): the input of tree and folded

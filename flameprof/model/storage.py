@@ -21,17 +21,20 @@ from __future__ import annotations
 import io
 import json
 import os
-import zipfile
 
 import numpy as np
 
 from ..atomic import write_bytes
 from ..errors import FlameprofError
+from . import validate
 from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from .npy import read_column
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from .safezip import read_members
 from .trace import EVENT_COLUMNS, MEMORY_COLUMNS, Trace
 
 _US = 1e6
+_TIMES = ("sample_time", "sample_wall", "sample_cpu")  # integer microseconds in the file
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -40,12 +43,18 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+_MAX_STORED = 2.0**63 / _US  # seconds (or counts) that int64 microseconds hold
+
+
 def _us(seconds: np.ndarray) -> np.ndarray:
+    if len(seconds) and not np.abs(seconds).max() < _MAX_STORED:
+        raise ValueError(f"times or weights over {_MAX_STORED:.3g} cannot be stored in a .flameprof file")
     return np.rint(seconds * _US).astype(np.int64)
 
 
 def dumps(profile: Profile) -> bytes:
-    """Serialise ``profile`` to the bytes of a ``.flameprof`` file."""
+    """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
+    is past what the file stores."""
     meta = dict(profile.meta, format=FORMAT, version=VERSION)
     tables = {
         "meta.json": meta,
@@ -85,76 +94,101 @@ def is_flameprof_file(head: bytes) -> bool:
     return head.startswith(b"PK\x03\x04")
 
 
+_TABLES = ("meta.json", "frames.json", "threads.json", "processes.json", "marks.json", "counters.json")
+_COLUMNS = {
+    "stack_parent": np.int32,
+    "stack_frame": np.int32,
+    "sample_time": np.int64,
+    "sample_thread": np.int32,
+    "sample_stack": np.int32,
+    "sample_wall": np.int64,
+    "sample_cpu": np.int64,
+}
+
+
 def loads(data: bytes, source: str = "<bytes>") -> Profile:
-    """Parse the bytes of a ``.flameprof`` file; any defect raises FlameprofError naming ``source``."""
+    """Parse the bytes of a ``.flameprof`` file, checked whole (``validate``) before it is returned; any
+    defect raises FlameprofError naming ``source``, within time and memory linear in ``len(data)``."""
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-
-            def table(name: str):
-                return json.loads(zf.read(name).decode("utf-8"))
-
-            def column(name: str) -> np.ndarray:
-                return np.load(io.BytesIO(zf.read(name + ".npy")), allow_pickle=False)
-
-            meta = table("meta.json")
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise FlameprofError(f"{source}: not a flameprof profile")
-            if int(meta.get("version", 0)) > VERSION:
-                raise FlameprofError(
-                    f"{source}: profile format version {meta.get('version')} is newer than "
-                    f"this flameprof reads ({VERSION}); upgrade flameprof"
-                )
-            counters = {
-                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
-                for k, (t, v) in table("counters.json").items()
-            }
-            profile = Profile(
-                frames=[Frame(str(n), str(f), int(line), str(k)) for n, f, line, k in table("frames.json")],
-                stack_parent=column("stack_parent"),
-                stack_frame=column("stack_frame"),
-                threads=[ThreadInfo(int(p), int(t), str(n)) for p, t, n in table("threads.json")],
-                processes=[
-                    ProcessInfo(int(p), str(r), str(h), str(c), int(pp))
-                    for p, r, h, c, pp in table("processes.json")
-                ],
-                sample_time=column("sample_time") / _US,
-                sample_thread=column("sample_thread"),
-                sample_stack=column("sample_stack"),
-                sample_wall=column("sample_wall") / _US,
-                sample_cpu=column("sample_cpu") / _US,
-                marks=[Mark(float(t), int(th), str(n), str(v)) for t, th, n, v in table("marks.json")],
-                counters=counters,
-                meta=meta,
-                trace=_trace(zf, table, column),
+        members = read_members(data, _TABLES + tuple(name + ".npy" for name in _COLUMNS))
+        tables = {name: _json(members[name], name) for name in _TABLES}
+        meta = validate.meta(tables["meta.json"])
+        if meta.get("format") != FORMAT:
+            raise FlameprofError(f"{source}: not a flameprof profile")
+        if meta.get("version", 0) > VERSION:
+            raise FlameprofError(
+                f"{source}: profile format version {meta.get('version')} is newer than "
+                f"this flameprof reads ({VERSION}); upgrade flameprof"
             )
-            profile.validate()
-            return profile
-    except FlameprofError:
-        raise
-    except (
-        zipfile.BadZipFile,
-        KeyError,
-        ValueError,
-        TypeError,
-        OSError,
-        EOFError,
-        UnicodeDecodeError,
-    ) as exc:
+        columns = {name: read_column(members[name + ".npy"], name, t) for name, t in _COLUMNS.items()}
+        profile = Profile(
+            frames=[Frame(*row) for row in validate.rows(tables["frames.json"], "frames.json", "ssis")],
+            threads=[
+                ThreadInfo(*row) for row in validate.rows(tables["threads.json"], "threads.json", "iis")
+            ],
+            processes=[
+                ProcessInfo(*row)
+                for row in validate.rows(tables["processes.json"], "processes.json", "isssi")
+            ],
+            marks=[
+                Mark(float(t), *rest)
+                for t, *rest in validate.rows(tables["marks.json"], "marks.json", "niss")
+            ],
+            counters={
+                k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
+                for k, (t, v) in validate.counters(tables["counters.json"]).items()
+            },
+            meta=meta,
+            trace=_trace(data),
+            **{name: columns[name] / _US if name in _TIMES else columns[name] for name in _COLUMNS},
+        )
+        validate.check_profile(profile)
+        return profile
+    except ValueError as exc:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
 
 
-def _trace(zf: zipfile.ZipFile, table, column) -> Trace | None:
-    """The traced window's members, when the file has them."""
-    if "trace.json" not in zf.namelist():
+_TRACE_COLUMNS = {
+    **{f"trace_events_{k}": t for k, t in EVENT_COLUMNS.items()},
+    **{f"trace_memory_{k}": t for k, t in MEMORY_COLUMNS.items()},
+}
+
+
+def _trace(data: bytes) -> Trace | None:
+    """The traced window's members, when the file has them (``validate.check_profile`` checks them)."""
+    members = read_members(data, ("trace.json", *(n + ".npy" for n in _TRACE_COLUMNS)), optional=True)
+    if not members:
         return None
-    head = table("trace.json")
+    head = _json(members["trace.json"], "trace.json")
+    if not isinstance(head, dict):
+        raise ValueError("trace.json is not an object")
+    names = head.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("trace.json: names must be a list of strings")
+    steps = validate.rows(head.get("steps"), "trace.json steps", "nn")
+    params = head.get("params")
+    if not isinstance(params, dict) or not all(
+        isinstance(v, list) and len(v) == 2 and all(validate.is_int(x) for x in v) for v in params.values()
+    ):
+        raise ValueError("trace.json: params must map layers to [count, bytes]")
+    columns = {name: read_column(members[name + ".npy"], name, t) for name, t in _TRACE_COLUMNS.items()}
     return Trace(
-        names=[str(n) for n in head["names"]],
-        events={k: column(f"trace_events_{k}") for k in EVENT_COLUMNS},
-        memory={k: column(f"trace_memory_{k}") for k in MEMORY_COLUMNS},
-        steps=[(float(a), float(b)) for a, b in head["steps"]],
-        params={str(k): (int(c), int(b)) for k, (c, b) in head["params"].items()},
+        names=names,
+        events={k: columns[f"trace_events_{k}"] for k in EVENT_COLUMNS},
+        memory={k: columns[f"trace_memory_{k}"] for k in MEMORY_COLUMNS},
+        steps=[(float(a), float(b)) for a, b in steps],
+        params={k: (int(c), int(b)) for k, (c, b) in params.items()},
     )
+
+
+def _json(data: bytes, name: str) -> object:
+    """A JSON member; nesting past the interpreter's recursion limit is a defect, not a crash."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{name} is nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError among them
+        raise ValueError(f"{name}: {exc}") from None
 
 
 def load(path: str | os.PathLike) -> Profile:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..atomic import atomic_file, write_bytes, write_text
+from ..errors import FlameprofError
 
 if TYPE_CHECKING:
     from ..analyze.breakdown import Analysis
@@ -62,7 +63,10 @@ def _text_format(name: str, suffix: str, text: Callable[[Rendering], str], stand
 def _flameprof(r: Rendering, path: str) -> None:
     from ..model import storage
 
-    storage.save(r.profile, path)
+    try:
+        storage.save(r.profile, path)
+    except ValueError as exc:  # imported counts too large for the file format; the importer named it
+        raise FlameprofError(f"{r.profile.meta.get('source', 'the profile')}: {exc}") from None
 
 
 def _folded(r: Rendering) -> str:

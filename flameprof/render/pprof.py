@@ -100,7 +100,9 @@ def render_pprof(
         wall = np.rint(np.bincount(inverse, profile.sample_wall, len(unique)) * 1e9).astype(np.int64)
         cpu = np.rint(np.bincount(inverse, profile.sample_cpu, len(unique)) * 1e9).astype(np.int64)
     else:
-        count = np.rint(np.bincount(inverse, profile.sample_wall, len(unique))).astype(np.int64)
+        # counts past 64 bits (perf events can be any number) saturate as pprof's int64 values must
+        count = np.rint(np.minimum(np.bincount(inverse, profile.sample_wall, len(unique)), 2.0**63 - 1024))
+        count = count.astype(np.int64)
 
     layer = layer_of_stacks(profile).tolist()
     k_phase, k_layer, k_process, k_thread = (strings(k) for k in ("phase", "layer", "process", "thread"))

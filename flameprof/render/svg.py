@@ -10,6 +10,7 @@ written inside the script: names only appear XML-escaped in attributes and text 
 from __future__ import annotations
 
 import colorsys
+import math
 import re
 import zlib
 from collections.abc import Callable
@@ -122,10 +123,13 @@ def tree_svg(
     if total > 0:
         tree = tree.prune(max(minwidth, 0.0) / inner * total)
     start = tree.offsets()
-    scale = UNITS / total if total > 0 else 0.0
-    left = np.rint(start * scale).astype(np.int64)
-    width = np.rint((start + tree.total) * scale).astype(np.int64) - left
-    shown = np.flatnonzero(width > 0) if total > 0 else np.zeros(1, dtype=np.int64)
+    # shares of the total first: UNITS / total overflows for a tiny (subnormal) total
+    divisor = total if total > 0 else math.inf
+    left = np.rint(start / divisor * UNITS).astype(np.int64)
+    width = np.rint((start + tree.total) / divisor * UNITS).astype(np.int64) - left
+    shown = np.flatnonzero(width > 0)
+    if not len(shown):  # nothing has any weight: the root alone, with no width
+        shown = np.zeros(1, dtype=np.int64)
     depth = tree.depth[shown]
     levels = int(depth.max()) + 1
     frames_h = levels * FRAME_H

@@ -77,11 +77,19 @@ def malformed_line(source: str, number: int, line: str) -> FlameprofError:
 
 
 def note_skipped(
-    meta: dict | None, source: str, skipped: int, first: str, what: str = "malformed line"
+    meta: dict | None,
+    source: str,
+    skipped: int,
+    first: str,
+    what: str = "malformed line",
+    found: bool = True,
 ) -> None:
-    """Record skipped input in ``meta['skipped_lines']`` and print the one warning line about it."""
+    """Record skipped input in ``meta['skipped_lines']`` and print the one warning line about it; when
+    nothing was ``found`` besides, that is the one error line instead (not a warning, then an error)."""
     if not skipped:
         return
+    if not found:
+        raise FlameprofError(f"{source}: no stacks found; skipped {skipped} {what}(s), first at {first}")
     if meta is not None:
         meta["skipped_lines"] = skipped
     print(f"flameprof: warning: {source}: skipped {skipped} {what}(s), first at {first}", file=sys.stderr)
@@ -198,7 +206,7 @@ def _profile(
     from ...model.profile import Profile, ThreadInfo
 
     meta = {"source": source, "weight_unit": unit, "collector": "folded"}
-    note_skipped(meta, source, skipped, f"line {first_bad}")
+    note_skipped(meta, source, skipped, f"line {first_bad}", found=len(weights) > 0)
     return Profile(
         frames=frames,
         stack_parent=parent,

@@ -7,13 +7,14 @@ import io
 import itertools
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from functools import partial
 from typing import BinaryIO
 
 from ...errors import FlameprofError
 from ...model import storage
 from ...model.profile import Profile
+from ...model.validate import check_profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
 from .kineto_profile import read_kineto
@@ -51,21 +52,32 @@ def load_bytes(data: bytes, source: str, fmt: str | None = None, strict: bool = 
         raise FlameprofError(f"unknown input format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if fmt == "flameprof":
         return storage.loads(data, source)
-    if fmt == "kineto":
-        profile = read_kineto(data, source)
-    elif fmt == "perf":
-        profile = read_perf_script([data], source, strict)
-    elif fmt == "speedscope":
-        profile = read_speedscope(data, source, strict)
-    else:
+    if fmt not in ("perf", "speedscope", "kineto"):
         _check_text(data, source)
-        if fmt == "pyspy":
+    with _held_warnings():
+        if fmt == "kineto":
+            profile = read_kineto(data, source)
+        elif fmt == "perf":
+            profile = read_perf_script([data], source, strict)
+        elif fmt == "speedscope":
+            profile = read_speedscope(data, source, strict)
+        elif fmt == "pyspy":
             # decoded line by line: a StringIO of the whole text would hold it again, four bytes a character
             text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="\n")
             profile = read_pyspy_raw(text, source, strict)
         else:
             profile = read_folded_chunks([data], source, strict)
-    return _found(profile, source, fmt)
+        return _found(profile, source, fmt)
+
+
+@contextmanager
+def _held_warnings() -> Iterator[None]:
+    """Hold the warnings a reader prints (skipped lines, ...) until the profile it read is found good:
+    an input refused after all ends in its one error line, not in a warning and then an error."""
+    held = io.StringIO()
+    with redirect_stderr(held):
+        yield
+    sys.stderr.write(held.getvalue())
 
 
 def _check_text(head: bytes, source: str) -> None:
@@ -79,8 +91,14 @@ def _check_text(head: bytes, source: str) -> None:
 
 
 def _found(profile: Profile, source: str, fmt: str) -> Profile:
+    """``profile`` when it has samples and is consistent (``validate``: no renderer meets counts that
+    sum past a double, say), else one error line."""
     if not profile.num_samples:
         raise FlameprofError(f"{source}: no stacks found (read as {fmt})")
+    try:
+        check_profile(profile)
+    except ValueError as exc:
+        raise FlameprofError(f"{source}: {exc} (read as {fmt})") from None
     return profile
 
 
@@ -93,7 +111,8 @@ def load_input(path: str, strict: bool = True) -> Profile:
         if detect_format(head) == "folded":
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
-            return _found(read_folded_chunks(chunks, source, strict), source, "folded")
+            with _held_warnings():
+                return _found(read_folded_chunks(chunks, source, strict), source, "folded")
         if start is not None:  # read whole from the start: no second copy to join the head to the rest
             fh.seek(start)
             data = fh.read()

@@ -21,25 +21,22 @@ from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 from ...errors import FlameprofError
 from ...model.builder import ProfileBuilder
 from ...model.records import Frame, ProcessInfo
+from . import perf_lines
 from .folded import note_skipped
 from .perf_inline import Inliner
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
 
-# The same patterns stackcollapse-perf.pl applies, in Python's (here equivalent) regex dialect.
-_HEADER = re.compile(rb"(\S.+?)\s+(\d+)/*(\d+)*\s+")  # comm, pid or tid, tid
-_EVENT = re.compile(rb":\s*(\d+)*\s+(\S+):\s*$")  # period, event name
-_FRAME = re.compile(rb"\s*(\w+)\s*(.+) \((.*)\)")  # pc, symbol, module
+# The patterns stackcollapse-perf.pl applies to header and frame lines are in perf_lines, matched in
+# linear time; these others are the Perl script's own, in Python's (here equivalent) regex dialect.
 # The usual stack line, "<ws>addr symbol+0xoff (module)" with no other parentheses: for it the
 # pattern above captures exactly these groups, with the offset already stripped from the symbol.
 _USUAL_FRAME = re.compile(rb"\s*(\w+)\s+([^\s(+][^(]*?)(?:\+0x[\da-f]+)? \(([^()]*)\)")
 _OFFSET = re.compile(rb"\+0x[\da-f]+$")
-_GO_METHOD = re.compile(rb"\.\(.*\)\.")
 _ARGS = re.compile(rb"\((?!anonymous namespace\)).*")
 _JIT_MAP = re.compile(rb"/tmp/perf-\d+\.map")
 _TIME = re.compile(rb"\s(\d+\.\d+):")
-_BRACKETED = re.compile(rb"\[.*?\]")  # dropped from a srcline line
 _NOT_HEADER_START = frozenset(b" \t\r\n\f\v#")
 _CLOCK_EVENTS = (b"cpu-clock", b"task-clock")
 CHUNK = 8 << 20
@@ -159,7 +156,7 @@ class PerfScriptParser:
         cached) and the lines below it (their value cached); anything else takes the slow path, and
         with ``srcline`` every block does: a frame line's source lines are read blindly (blank lines
         and headers included), as the Perl script reads them."""
-        header_match = None if self.options.srcline else _HEADER.match
+        header_match = None if self.options.srcline else perf_lines.header
         line_caches = self._line_cache
         rest_caches = self._rest_cache
         extend = self.extend
@@ -273,11 +270,11 @@ class PerfScriptParser:
                     self._parts = []
                     self._pname = None
                 continue
-            m = _HEADER.match(line)
+            m = perf_lines.header(line)
             if m is not None:
                 self._header_line(line, m)
                 continue
-            if _FRAME.match(line) is None:
+            if perf_lines.frame(line) is None:
                 self._bad(offset + i + 1, 1)
                 continue
             if self._pname is None:
@@ -293,7 +290,7 @@ class PerfScriptParser:
         ``[kernel.kallsyms][addr]`` removed, nothing added when that leaves nothing)."""
         assert self._awaiting is not None
         frames, progress = self._awaiting
-        src = _BRACKETED.sub(b"", line).strip()
+        src = perf_lines.without_brackets(line).strip()
         if src:
             func, mod, raw = frames[progress[0]]
             frames[progress[0]] = (func + b":" + src, mod, raw)
@@ -316,13 +313,13 @@ class PerfScriptParser:
             self.first_bad = number
 
     # -- the two kinds of line -----------------------------------------------------------------
-    def _header_line(self, line: bytes, m: re.Match) -> bytes | None:
+    def _header_line(self, line: bytes, m: perf_lines.Header) -> bytes | None:
         """An event record start: sets pname and period unless the event is filtered out."""
-        comm, pid, tid = m.groups()
+        comm, pid, tid = m.comm, m.pid, m.tid
         if tid is None or tid == b"0":
             tid, pid = pid, b"?"
         period = b""
-        ev = _EVENT.search(line)
+        ev = perf_lines.EVENT.search(line)
         if ev is not None:
             period, event = ev.groups()
             if not self.event_filter:
@@ -347,10 +344,10 @@ class PerfScriptParser:
         """One stack line -> its frames (an inline chain ``a->b`` gives several; None: no frame,
         (): not a stack line) and how many source lines follow it with ``srcline``: one per frame
         up to the first fully unknown one (``[unknown]`` in ``[unknown]``), none for an addr2line chain."""
-        m = _FRAME.match(line)
-        if m is None:
+        parts = perf_lines.frame(line)
+        if parts is None:
             return (), 0
-        pc, rawfunc, mod = m.groups()
+        pc, rawfunc, mod = parts
         if self._inliner:
             chain = self._inliner.chain(pc, rawfunc, mod)
             if chain is not None:
@@ -384,7 +381,7 @@ class PerfScriptParser:
             func = b"[" + func + b" <" + pc + b">]" if opts.addrs else b"[" + func + b"]"
         if b";" in func:
             func = func.replace(b";", b":")
-        if b"(" in func and _GO_METHOD.search(func) is None:
+        if b"(" in func and not perf_lines.is_go_method(func):
             func = _ARGS.sub(b"", func, count=1)
         if b"'" in func or b'"' in func:
             func = func.translate(None, b"\"'")
@@ -486,8 +483,9 @@ def read_perf_script(
     threads: dict[bytes, int] = {}
     samples: list[tuple[float, int, int, int]] = []
     for header, _pname, period, stack in parser.samples(chunks):
-        m = _HEADER.match(header)
-        comm, first, second = m.groups()
+        m = perf_lines.header(header)
+        assert m is not None  # the parser yields only samples whose header matched
+        comm, first, second = m.comm, m.pid, m.tid
         key = comm + b"\0" + first + b"\0" + (second or b"")
         thread = threads.get(key)
         if thread is None:
@@ -497,10 +495,15 @@ def read_perf_script(
                 builder.process(
                     ProcessInfo(pid, "main" if not builder.processes else "", cmdline=_decode(comm))
                 )
-        t = _TIME.search(header, m.end(2))
+        t = _TIME.search(header, m.pid_end)
         samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))
     note_skipped(
-        builder.meta, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line"
+        builder.meta,
+        source,
+        parser.skipped,
+        f"line {parser.first_bad}",
+        "unrecognized perf script line",
+        found=bool(samples),
     )
     parser.report()
     event = parser.event_filter.split(b":")[0]

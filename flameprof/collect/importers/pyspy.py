@@ -73,19 +73,21 @@ _RECORD_START = re.compile(r'process \d{1,10}:"')
 def _records(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
     """(first line number, record) pairs: with process root frames, a line that does not start one
     continues the previous record (a command line with newlines in it)."""
-    pending: tuple[int, str] | None = None
+    first = 0
+    parts: list[str] = []  # the pending record's lines, joined once: linear in any number of them
     grouped: bool | None = None
     for number, line in enumerate(lines, 1):
         if grouped is None and line.strip() and not line.startswith("#"):
             grouped = bool(_RECORD_START.match(line))
-        if grouped and pending is not None and not _RECORD_START.match(line):
-            pending = (pending[0], pending[1].rstrip("\r\n") + "\n" + line)
+        if grouped and parts and not _RECORD_START.match(line):
+            parts[-1] = parts[-1].rstrip("\r\n")
+            parts.append(line)
             continue
-        if pending is not None:
-            yield pending
-        pending = (number, line)
-    if pending is not None:
-        yield pending
+        if parts:
+            yield first, "\n".join(parts)
+        first, parts = number, [line]
+    if parts:
+        yield first, "\n".join(parts)
 
 
 def read_pyspy_raw(
@@ -110,7 +112,9 @@ def read_pyspy_raw(
                 ids.append(fid)
             entry = stacks[stack] = (threads.thread(roots), builder.stack_id(ids))
         builder.add_sample(0.0, entry[0], entry[1], weight, weight)
-    note_skipped(builder.meta, source, reader.skipped, f"line {reader.first_bad}")
+    note_skipped(
+        builder.meta, source, reader.skipped, f"line {reader.first_bad}", found=builder.num_samples > 0
+    )
     profile = builder.build()
     return counts_to_seconds(profile, rate) if rate else profile
 
@@ -119,6 +123,16 @@ def _whole_root(name: str) -> tuple | None:
     """The root tuple of a speedscope frame named exactly like one py-spy root frame, else None."""
     roots, rest = split_roots(name)
     return roots[0] if len(roots) == 1 and not rest else None
+
+
+def _finite(value: object) -> float | None:
+    """A JSON number as a float, or None when it is not one or is not finite (1e400, or an integer past
+    a double, would overflow the arithmetic on times and weights)."""
+    if type(value) is int:
+        return float(value) if abs(value) < 1e300 else None
+    if type(value) is float and math.isfinite(value):
+        return value
+    return None
 
 
 def _speedscope_frame(entry: object) -> Frame:
@@ -156,7 +170,14 @@ def read_speedscope(data: bytes | str, source: str = "<stdin>", strict: bool = T
     reader = _SpeedscopeReader(builder, frames, source, strict)
     for number, prof in enumerate(profiles):
         reader.profile(number, prof)
-    note_skipped(builder.meta, source, reader.skipped, reader.first_bad or "", "malformed speedscope sample")
+    note_skipped(
+        builder.meta,
+        source,
+        reader.skipped,
+        reader.first_bad or "",
+        "malformed speedscope sample",
+        found=builder.num_samples > 0,
+    )
     builder.meta["weight_unit"] = reader.unit or "count"
     return builder.build()
 
@@ -197,8 +218,9 @@ class _SpeedscopeReader:
         name = str(prof.get("name") or "")
         m = _PROFILE_THREAD.search(name)
         default = (_thread_id(m.group(1)), m.group(2) or "") if m else (number, name)
-        start = prof.get("startValue", 0)
-        start = float(start) if isinstance(start, (int, float)) else 0.0
+        start = _finite(prof.get("startValue", 0))
+        if start is None:
+            return self.bad(where, "startValue is not a finite number")
         if prof.get("type") == "evented":
             self.evented(where, prof.get("events"), start, scale, default)
         else:
@@ -230,12 +252,9 @@ class _SpeedscopeReader:
         if not isinstance(samples, list) or not isinstance(weights, list) or len(samples) != len(weights):
             return self.bad(where, "needs 'samples' and 'weights' lists of the same length")
         time = start
-        for k, (indices, weight) in enumerate(zip(samples, weights)):
-            if (
-                not isinstance(indices, list)
-                or type(weight) not in (int, float)
-                or not 0 <= weight < math.inf
-            ):
+        for k, (indices, raw) in enumerate(zip(samples, weights)):
+            weight = _finite(raw)
+            if not isinstance(indices, list) or weight is None or weight < 0:
                 self.bad(f"{where} sample {k}", "malformed sample")
                 continue
             try:
@@ -251,12 +270,12 @@ class _SpeedscopeReader:
         open_frames: list[int] = []
         last = start
         for k, ev in enumerate(events):
-            at = ev.get("at") if isinstance(ev, dict) else None
+            at = _finite(ev.get("at")) if isinstance(ev, dict) else None
             kind = ev.get("type") if isinstance(ev, dict) else None
             frame = ev.get("frame") if isinstance(ev, dict) else None
             if (
-                type(at) not in (int, float)
-                or not last <= at < math.inf
+                at is None
+                or at < last
                 or kind not in ("O", "C")
                 or type(frame) is not int
                 or not 0 <= frame < len(self.frames)
