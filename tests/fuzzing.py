@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import signal
@@ -20,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from kineto_traces import gpu_step
 from synthetic import training_profile
 
 from flameprof import cli
+from flameprof.collect.importers.load import load_bytes
 from flameprof.model import storage
 from flameprof.render.speedscope import render_speedscope
 
@@ -61,6 +64,14 @@ def _speedscope_seed() -> bytes:
 
 def _perf_seed() -> bytes:
     return _read("perf_py312.txt")[:4000].rpartition(b"\n\n")[0] + b"\n\n"
+
+
+def _kineto_seed() -> bytes:
+    return json.dumps(gpu_step(), indent=0).encode()
+
+
+def _traced_flameprof_seed() -> bytes:
+    return storage.dumps(load_bytes(_kineto_seed(), "gpu.json"))
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,26 @@ READERS = {
             ".json",
             _speedscope_seed,
             (("import", "{in}", "-o", "{out}.flameprof"), ("render", "{in}", "-o", "{out}.svg")),
+        ),
+        Reader(
+            "kineto",
+            ".json",
+            _kineto_seed,
+            (
+                ("import", "{in}", "-o", "{out}.flameprof"),
+                ("report", "{in}", "--format", "json"),
+                ("render", "{in}", "-o", "{out}.svg", "--view", "ops", "--format", "html,chrome"),
+            ),
+        ),
+        Reader(
+            "traced-flameprof",
+            ".flameprof",
+            _traced_flameprof_seed,
+            (
+                ("report", "{in}", "--format", "markdown"),
+                ("render", "{in}", "-o", "{out}.svg", "--view", "ops", "--format", "html,chrome"),
+                ("merge", "{in}", "{in}", "-o", "{out}.flameprof"),
+            ),
         ),
         Reader(
             "perf",
@@ -268,7 +299,7 @@ def zip_mutation(draw: st.DrawFn, data: bytes) -> bytes:
 
 def mutations(reader: Reader) -> st.SearchStrategy[bytes]:
     seed = reader.seed()
-    if reader.name == "flameprof":  # mostly inside the zip: a mangled zip is refused at once
+    if reader.suffix == ".flameprof":  # mostly inside the zip: a mangled zip is refused at once
         inside, whole = zip_mutation(seed), byte_mutation(seed)
         return st.integers(0, 7).flatmap(lambda k: whole if k == 0 else inside)
     return byte_mutation(seed)
