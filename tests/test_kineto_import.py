@@ -118,7 +118,10 @@ def test_flameprof_file_keeps_the_trace(tmp_path):
 @pytest.mark.parametrize(
     "content, needle",
     [
-        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1,', "not valid JSON at line 1"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1,',
+            "not a readable trace: Expecting property name enclosed in double quotes at line 1",
+        ),
         (gzip.compress(b'{"traceEvents": []}')[:-6], "corrupt or truncated gzip"),
         (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": "x"}]}', "event 0"),
         (
@@ -127,7 +130,14 @@ def test_flameprof_file_keeps_the_trace(tmp_path):
         ),
         (b'{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "cpu_op", "ts": 1e400}]}', "out of range"),
         (b'{"schemaVersion": 1, "traceEvents": []}', "no op, kernel or memory event"),
-        (b'{"traceEvents": [{"ph": "X", "cat": "step", "name": "s", "ts": 1}]}', "not one torch.profiler"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "step", "name": "s", "ts": 1}]}',
+            "not a torch.profiler trace",
+        ),
+        (b'{"traceEvents": [{"ph": "i"}] "x": 1}', "expected ',' at line 1 column 31"),
+        (b'{"traceEvents": []} trailing', "extra data at line 1 column 21"),
+        (b'{"schemaVersion": 1, "other": []}', "no traceEvents array"),
+        (b'{"traceEvents": [' + b"[" * 100000, "nested too deeply"),
     ],
 )
 def test_a_bad_trace_is_one_error_line(tmp_path, content, needle):

@@ -23,7 +23,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +44,7 @@ from ...model.trace import (
     TRACE_PHASES,
     Trace,
 )
+from .json_stream import JsonDefect, stream_member
 from .op_flops import op_flops
 
 LAYER_PREFIX = "flameprof.layer: "
@@ -94,7 +97,7 @@ def declared_phase(kind: int, name: str) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Host:
     kind: int
     name: str
@@ -133,47 +136,44 @@ def _int(value: object, default: int = -1) -> int:
     return default
 
 
-def decode_document(data: bytes, source: str) -> dict:
-    """The trace's JSON object (gzip-compressed or not), or one error line saying where it broke."""
+@dataclass
+class TraceDocument:
+    """A Chrome trace read as a stream: ``events()`` yields its events one at a time and fills
+    ``header`` with the document's other members (``baseTimeNanoseconds``, ...) as it goes."""
+
+    text: str
+    source: str
+    header: dict
+
+    def events(self) -> Iterator[object]:
+        try:
+            yield from stream_member(self.text, "traceEvents", self.header)
+        except JsonDefect as exc:
+            raise FlameprofError(f"{self.source}: not a readable trace: {exc}") from None
+
+
+def decode_document(data: bytes, source: str) -> TraceDocument:
+    """The trace (gzip-compressed or not) ready to stream, or one error line."""
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise FlameprofError(f"{source}: corrupt or truncated gzip data ({exc})") from None
     try:
-        doc = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise FlameprofError(
-            f"{source}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
-        raise FlameprofError(f"{source}: not a readable trace ({type(exc).__name__})") from None
-    if isinstance(doc, list):
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise FlameprofError(f"{source}: not a Chrome trace (no traceEvents list)")
-    return doc
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FlameprofError(f"{source}: not UTF-8 text at byte {exc.start}") from None
+    return TraceDocument(text, source, {})
 
 
-def is_kineto_document(doc: dict) -> bool:
-    """True for a trace torch.profiler wrote (its schema or an op/kernel event), not any Chrome trace."""
-    if "schemaVersion" in doc or "deviceProperties" in doc or "baseTimeNanoseconds" in doc:
-        return True
-    return any(
-        isinstance(e, dict) and str(e.get("cat", "")).lower() in ("cpu_op", "kernel")
-        for e in doc["traceEvents"][:10000]
-    )
-
-
-def read_trace(doc: dict, source: str, epoch: float | None = None) -> tuple[Trace, float]:
+def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> tuple[Trace, float]:
     """The attributed Trace of a decoded Kineto document, with times relative to ``epoch`` (seconds
     since the Unix epoch; the trace's first event when None). Returns the trace and the epoch used."""
     hosts: list[_Host] = []
     devices: list[tuple] = []  # (kind, name, start, dur, device, stream, correlation, bytes)
     memory: list[tuple] = []  # (ts, pid, tid, delta, total, device)
     steps: list[tuple[float, float]] = []
-    base_ns = _number(doc.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
-    for index, event in enumerate(doc["traceEvents"]):
+    for index, event in enumerate(doc.events()):
         if not isinstance(event, dict):
             raise FlameprofError(f"{source}: trace event {index} is not an object")
         phase_char = event.get("ph")
@@ -193,9 +193,10 @@ def read_trace(doc: dict, source: str, epoch: float | None = None) -> tuple[Trac
                     device,
                 )
             )
+    base_ns = _number(doc.header.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
     starts = [h.start for h in hosts] + [d[2] for d in devices] + [m[0] for m in memory]
     if not starts:
-        raise FlameprofError(f"{source}: the trace holds no op, kernel or memory event")
+        raise FlameprofError(f"{source}: no op, kernel or memory event: not a torch.profiler trace")
     first = min(starts)
     first_epoch = (first * 1e3 + base_ns) / 1e9
     epoch = first_epoch if epoch is None else epoch
@@ -216,7 +217,7 @@ def _read_complete(event: dict, index: int, source: str, hosts: list, devices: l
     if kind is None:
         return
     name = event.get("name")
-    name = name if isinstance(name, str) else str(name)
+    name = sys.intern(name if isinstance(name, str) else str(name))  # one string per distinct op name
     if category == "python_function" and not name.startswith(MODULE_PREFIX):
         return  # Python frames of with_stack: the samples show the Python side
     where = f"{source}: trace event {index} ({name[:60]!r})"
@@ -254,35 +255,51 @@ def _read_complete(event: dict, index: int, source: str, hosts: list, devices: l
             seq=_int(args.get("Sequence number")),
             correlation=_int(args.get("correlation", args.get("External id") if kind == RUNTIME else None)),
             flops=op_flops(name, dims, args.get("Concrete Inputs")) if kind == OP else 0.0,
-            shapes=json.dumps(dims, separators=(",", ":")) if kind == OP and dims else "",
+            shapes=sys.intern(json.dumps(dims, separators=(",", ":"))) if kind == OP and dims else "",
         )
     )
 
 
 def _nest(hosts: list[_Host], memory: list[tuple]) -> tuple[list[int], list[int]]:
     """Set each host event's parent (the innermost event enclosing it on its thread), and find the
-    host event each memory event happened in. Returns the host events parents first, and the latter."""
-    keys = [(h.pid, h.tid, h.start, 0, -h.dur, i) for i, h in enumerate(hosts)]
-    keys += [(m[1], m[2], m[0], 1, 0.0, i) for i, m in enumerate(memory)]
-    keys.sort()
-    memory_event = [NO_PARENT] * len(memory)
+    host event each memory event happened in. Returns the host events parents first, and the latter.
+    Sorted by numpy on columns: a sort key tuple per event would take more than the trace itself."""
+    n, m = len(hosts), len(memory)
+    pid = np.fromiter((h.pid for h in hosts), np.int64, n)
+    tid = np.fromiter((h.tid for h in hosts), np.int64, n)
+    start = np.fromiter((h.start for h in hosts), np.float64, n)
+    dur = np.fromiter((h.dur for h in hosts), np.float64, n)
+    rows = np.arange(n + m)
+    order = np.lexsort(
+        (
+            rows,
+            np.concatenate([-dur, np.zeros(m)]),
+            np.concatenate([np.zeros(n), np.ones(m)]),  # an allocation at an op's start is inside it
+            np.concatenate([start, np.fromiter((e[0] for e in memory), np.float64, m)]),
+            np.concatenate([tid, np.fromiter((e[2] for e in memory), np.int64, m)]),
+            np.concatenate([pid, np.fromiter((e[1] for e in memory), np.int64, m)]),
+        )
+    )
+    memory_event = [NO_PARENT] * m
     stack: list[int] = []
     thread = None
-    for pid, tid, start, is_memory, _, i in keys:
-        if (pid, tid) != thread:
-            thread, stack = (pid, tid), []
-        if is_memory:
-            while stack and hosts[stack[-1]].start + hosts[stack[-1]].dur < start:
+    for i in order.tolist():
+        host = hosts[i] if i < n else None
+        key = (host.pid, host.tid) if host else (memory[i - n][1], memory[i - n][2])
+        if key != thread:
+            thread, stack = key, []
+        if host is None:
+            at = memory[i - n][0]
+            while stack and hosts[stack[-1]].start + hosts[stack[-1]].dur < at:
                 stack.pop()
-            memory_event[i] = stack[-1] if stack else NO_PARENT
+            memory_event[i - n] = stack[-1] if stack else NO_PARENT
             continue
-        end = start + hosts[i].dur
+        end = host.start + host.dur
         while stack and hosts[stack[-1]].start + hosts[stack[-1]].dur + _NEST_SLACK < end:
             stack.pop()
-        hosts[i].parent = stack[-1] if stack else NO_PARENT
+        host.parent = stack[-1] if stack else NO_PARENT
         stack.append(i)
-    order = sorted(range(len(hosts)), key=lambda i: (hosts[i].start, -hosts[i].dur, i))
-    return order, memory_event
+    return np.lexsort((rows[:n], -dur, start)).tolist(), memory_event
 
 
 def _attribute(hosts: list[_Host], order: list[int]) -> None:
@@ -330,47 +347,53 @@ def _launchers(hosts: list[_Host], devices: list[tuple]) -> list[int]:
 
 
 def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds) -> Trace:
+    """The attributed events as the model's columns, each filled straight into its array (a list of
+    boxed values per column would take several times the trace's own size)."""
     names: dict[str, int] = {}
 
     def intern(text: str) -> int:
         return names.setdefault(text, len(names)) if text else -1
 
-    rows = {name: [] for name in EVENT_COLUMNS}
-    for host in hosts:
-        for key, value in (
-            ("kind", host.kind),
-            ("name", intern(host.name)),
-            ("start", seconds(host.start)),
-            ("dur", host.dur / 1e6),
-            ("pid", host.pid),
-            ("tid", host.tid),
-            ("device", -1),
-            ("parent", host.parent),
-            ("layer", intern(host.layer)),
-            ("phase", PHASE[host.phase]),
-            ("flops", host.flops),
-            ("bytes", 0.0),
-            ("shapes", intern(host.shapes)),
-        ):
-            rows[key].append(value)
-    for (kind, name, start, dur, device, stream, _, size), parent in zip(devices, device_parent):
-        owner = hosts[parent] if parent >= 0 else None
-        for key, value in (
-            ("kind", kind),
-            ("name", intern(name)),
-            ("start", seconds(start)),
-            ("dur", dur / 1e6),
-            ("pid", owner.pid if owner else 0),
-            ("tid", stream),
-            ("device", device),
-            ("parent", parent),
-            ("layer", intern(owner.layer) if owner else -1),
-            ("phase", PHASE[owner.phase] if owner else PHASE["other"]),
-            ("flops", 0.0),
-            ("bytes", size),
-            ("shapes", -1),
-        ):
-            rows[key].append(value)
+    owners = [hosts[p] if p >= 0 else None for p in device_parent]
+    other = PHASE["other"]
+    host_values = {
+        "kind": lambda h: h.kind,
+        "name": lambda h: intern(h.name),
+        "start": lambda h: seconds(h.start),
+        "dur": lambda h: h.dur / 1e6,
+        "pid": lambda h: h.pid,
+        "tid": lambda h: h.tid,
+        "device": lambda h: -1,
+        "parent": lambda h: h.parent,
+        "layer": lambda h: intern(h.layer),
+        "phase": lambda h: PHASE[h.phase],
+        "flops": lambda h: h.flops,
+        "bytes": lambda h: 0.0,
+        "shapes": lambda h: intern(h.shapes),
+    }
+    device_values = {  # d: (kind, name, start, dur, device, stream, correlation, bytes), o: its launcher
+        "kind": lambda d, o: d[0],
+        "name": lambda d, o: intern(d[1]),
+        "start": lambda d, o: seconds(d[2]),
+        "dur": lambda d, o: d[3] / 1e6,
+        "pid": lambda d, o: o.pid if o else 0,
+        "tid": lambda d, o: d[5],
+        "device": lambda d, o: d[4],
+        "parent": None,
+        "layer": lambda d, o: intern(o.layer) if o else -1,
+        "phase": lambda d, o: PHASE[o.phase] if o else other,
+        "flops": lambda d, o: 0.0,
+        "bytes": lambda d, o: d[7],
+        "shapes": lambda d, o: -1,
+    }
+    events = {}
+    for key, dtype in EVENT_COLUMNS.items():
+        on_host = np.fromiter(map(host_values[key], hosts), dtype=dtype, count=len(hosts))
+        if key == "parent":
+            on_device = np.asarray(device_parent, dtype=dtype)
+        else:
+            on_device = np.fromiter(map(device_values[key], devices, owners), dtype=dtype, count=len(devices))
+        events[key] = np.concatenate([on_host, on_device])
     mem = {
         "time": [seconds(m[0]) for m in memory],
         "delta": [m[3] for m in memory],
@@ -378,10 +401,9 @@ def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds
         "device": [m[5] for m in memory],
         "event": memory_event,
     }
-    trace = Trace(
+    return Trace(
         names=list(names),
-        events={k: np.asarray(v, dtype=EVENT_COLUMNS[k]) for k, v in rows.items()},
+        events=events,
         memory={k: np.asarray(v, dtype=MEMORY_COLUMNS[k]) for k, v in mem.items()},
         steps=sorted((seconds(a), seconds(b)) for a, b in steps),
     )
-    return trace

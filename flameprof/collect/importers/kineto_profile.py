@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import FlameprofError
 from ...model.builder import ProfileBuilder
 from ...model.counters import TORCH_ALLOCATED_BYTES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile
@@ -21,21 +20,20 @@ from .kineto import (
     LAYER_PREFIX,
     MODULE_PREFIX,
     STEP_PREFIXES,
+    TraceDocument,
     declared_phase,
     decode_document,
-    is_kineto_document,
     read_trace,
 )
 
 
 def read_kineto(data: bytes, source: str) -> Profile:
     """A Kineto Chrome trace (``.json`` or ``.json.gz``) as a Profile; one error line if it is not one."""
-    doc = decode_document(data, source)
-    if not is_kineto_document(doc):
-        raise FlameprofError(
-            f"{source}: a Chrome trace, but not one torch.profiler wrote (no op or kernel event)"
-        )
-    trace, epoch = read_trace(doc, source)
+    return read_kineto_document(decode_document(data, source), source)
+
+
+def read_kineto_document(document: TraceDocument, source: str) -> Profile:
+    trace, epoch = read_trace(document, source)
     return profile_of_trace(trace, epoch)
 
 

@@ -17,7 +17,8 @@ from ...model.profile import Profile
 from ...model.validate import check_profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
-from .kineto_profile import read_kineto
+from .kineto import decode_document
+from .kineto_profile import read_kineto, read_kineto_document
 from .perf_script import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
@@ -108,7 +109,8 @@ def load_input(path: str, strict: bool = True) -> Profile:
     with _opened(path) as fh:
         start = fh.tell() if fh.seekable() else None
         head = fh.read(HEAD)
-        if detect_format(head) == "folded":
+        fmt = detect_format(head)
+        if fmt == "folded":
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
             with _held_warnings():
@@ -118,4 +120,8 @@ def load_input(path: str, strict: bool = True) -> Profile:
             data = fh.read()
         else:
             data = head + fh.read()
-    return load_bytes(data, source, None, strict)
+    if fmt == "kineto":  # decoded to text at once, and the bytes let go: a trace may be 100s of MB
+        document = decode_document(data, source)
+        del data
+        return _found(read_kineto_document(document, source), source, fmt)
+    return load_bytes(data, source, fmt, strict)
