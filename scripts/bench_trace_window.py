@@ -30,9 +30,9 @@ from torch import nn
 import flameprof
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+x, y = torch.randn(64, 512), torch.randint(0, 10, (64,))
 window = json.loads(sys.argv[1])
 steps = []
 start = time.perf_counter()
