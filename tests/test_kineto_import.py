@@ -235,3 +235,29 @@ def test_html_report_has_the_traced_window(tmp_path):
         assert f'id="{anchor}"' in html, anchor
     assert "sm90_gemm" not in html.split('id="fp-flamegraph"')[0]  # kernels are in the device line only
     assert "highly input-bound" in html
+
+
+def test_a_sync_is_named_by_the_python_call_site_the_samples_saw():
+    """With samples beside the window (an in-process run), the host's blocked time is given to the
+    program's own frame the samples saw during the sync, not to the op."""
+    from flameprof.model.builder import ProfileBuilder
+    from flameprof.model.profile import Frame
+
+    traced = load_bytes(json.dumps(gpu_step()).encode(), "gpu.json")
+    builder = ProfileBuilder()
+    thread = builder.thread_id(4242, 1, "MainThread")  # the trace's loop thread (pid 4242, tid 1)
+    site = builder.stack_id(
+        [
+            builder.frame(Frame("<module>", "/work/train.py", 1)),
+            builder.frame(Frame("train_step", "/work/train.py", 50)),
+            builder.frame(Frame("Tensor.item", "/usr/lib/python3/site-packages/torch/_tensor.py", 10)),
+        ]
+    )
+    for k in range(5):  # 1 kHz samples inside cudaDeviceSynchronize [850, 950] us
+        builder.add_sample(860e-6 + k * 20e-6, thread, site, 1e-3, 0.0)
+    profile = builder.build()
+    profile.trace = traced.trace
+    sync = ops_report(profile)["device"]["sync"]
+    assert sync["sites"] == [
+        {"site": "train_step (train.py:50)", "count": 1, "seconds": pytest.approx(100e-6)}
+    ]

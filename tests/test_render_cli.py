@@ -80,3 +80,12 @@ def test_bad_paths_are_one_error_line(tmp_path):
     )
     assert_one_error_line(run_flameprof("render", str(src)), "-o")
     assert sorted(os.listdir(tmp_path)) == ["s.folded"]
+
+
+def test_a_profile_the_file_cannot_hold_is_refused_before_anything_is_written(tmp_path):
+    folded = tmp_path / "huge.folded"
+    folded.write_text("main;work 9999999999999\nmain 5\n")
+    proc = run_flameprof("render", str(folded), "-o", str(tmp_path / "huge.svg"), "--format", "flameprof")
+    assert_one_error_line(proc, "cannot be stored in a .flameprof file")
+    assert proc.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.folded"]

@@ -149,3 +149,27 @@ def test_command_mode_traces_the_python_process_that_trains(tmp_path):
     # on the merged profile's time base: the traced steps lie inside the run
     assert all(0 < start < end <= profile.duration + 0.5 for start, end in profile.trace.steps)
     assert not [p for p in out.iterdir() if p.name.startswith(".flameprof-parts")]
+
+
+def test_torch_profiler_failing_is_one_warning_and_the_samples_stay(monkeypatch, capfd):
+    import torch.profiler
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Kineto is not available")
+
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    model = nn.Linear(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with flameprof.Profiler(rate=1000, trace_steps=(1, 3)) as prof:
+        for _ in range(20):
+            opt.zero_grad()
+            model(torch.randn(8, 32)).sum().backward()
+            opt.step()
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "flameprof" in line]
+    assert lines == [
+        "flameprof: warning: traced window: torch.profiler failed (RuntimeError: Kineto is not available); "
+        "sampling goes on"
+    ]
+    assert prof.profile.trace is None and prof.profile.num_samples > 0
+    assert sum(1 for m in prof.profile.marks if m.name == "step") == 20

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def render(args: argparse.Namespace) -> int:
     from ..analyze.views import VIEWS
     from ..collect.importers.load import load_input
+    from ..model import storage
     from ..render.formats import FORMATS, Rendering, write_formats
 
     if args.minwidth < 0:
@@ -52,6 +53,11 @@ def render(args: argparse.Namespace) -> int:
             f"{args.input} has no traced window: record one with 'run --trace-steps', "
             "or import a torch.profiler trace"
         )
+    if "flameprof" in args.formats:  # refused before any file is written: one error line
+        try:
+            storage.check_storable(profile)
+        except ValueError as exc:
+            raise FlameprofError(f"{args.input}: {exc}") from None
     rendering = Rendering(profile, output_options(args))
     fmt = FORMATS["folded" if args.output.endswith(FOLDED_SUFFIXES) else "svg"]
     if args.output == "-":

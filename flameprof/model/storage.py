@@ -52,6 +52,13 @@ def _us(seconds: np.ndarray) -> np.ndarray:
     return np.rint(seconds * _US).astype(np.int64)
 
 
+def check_storable(profile: Profile) -> None:
+    """Raise ValueError, as ``dumps`` would, when a time or a weight is past what the file stores: for
+    a command that must refuse before writing anything else."""
+    for column in (profile.sample_time, profile.sample_wall, profile.sample_cpu):
+        _us(column[:0] if not len(column) else column[[int(np.argmax(np.abs(column)))]])
+
+
 def dumps(profile: Profile) -> bytes:
     """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
     is past what the file stores."""
