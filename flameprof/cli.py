@@ -19,6 +19,7 @@ COMMANDS = (
     "diff",
     "attach",
     "dump",
+    "top",
     "merge",
     "import_",
     "collapse",

@@ -8,9 +8,13 @@ bash scripts/setup.sh
 # (pyinstrument). torch stays pinned in the same command, so no framework can ask pip for
 # another build.
 .venv/bin/pip install -q -e ".[test]" "torch==2.13.0"
-# The browser tests (tests/test_browser.py) open flame graphs in Debian's Chromium: install it when missing.
-if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+# The browser tests (tests/test_browser.py) open flame graphs in Debian's Chromium, and the live
+# view's test (tests/test_top.py) drives a real terminal in tmux: install them when missing.
+missing=""
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+command -v tmux >/dev/null || missing="$missing tmux"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

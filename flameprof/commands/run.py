@@ -23,7 +23,14 @@ import sys
 from ..collect.jobs import script
 from ..errors import FlameprofError
 from .options import add_render_options, output_options, positive_rate, positive_seconds
-from .run_rescue import mark_finishing, start_watcher, write_snapshot
+from .run_rescue import Ticker, mark_finishing, start_watcher
+
+
+def _ticker(parts: str, outdir: str, args: argparse.Namespace) -> Ticker | None:
+    """The periodic work asked for (--snapshot-every, --live), or None."""
+    if not args.snapshot_every and args.live is None:
+        return None
+    return Ticker(parts, outdir, args.snapshot_every, args.live)
 
 
 def _trace_steps(text: str) -> tuple[int, int]:
@@ -66,6 +73,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="every S seconds, write the whole job's profile so far to profile.snapshot.flameprof "
         "in the output directory (from outside the program; a killed job leaves the last one whole)",
+    )
+    p.add_argument(
+        "--live",
+        nargs="?",
+        type=int,
+        const=20,
+        metavar="N",
+        help="print a line a second on stderr while the job runs: the last N steps' step time and "
+        "phase shares and the top layer (default N: 20; for a full-screen view, flameprof top PID)",
     )
     p.add_argument(
         "--no-subprocesses",
@@ -183,8 +199,9 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     options = output_options(args)
     tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses, trace_steps=args.trace_steps)
     try:
-        snapshot = (lambda child: write_snapshot(tree, outdir, child)) if args.snapshot_every else None
-        pid, returncode = run_command(argv, tree.environment(os.environ), args.snapshot_every, snapshot)
+        ticker = _ticker(tree.directory, outdir, args)
+        interval = ticker.interval if ticker else None
+        pid, returncode = run_command(argv, tree.environment(os.environ), interval, ticker)
     except BaseException:
         tree.remove()
         raise
@@ -203,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         rest = rest[1:]
     if not rest:
         raise FlameprofError("run: nothing to run (give a script, -m module, or -- command)")
+    if args.live is not None and args.live < 1:
+        raise FlameprofError(f"--live takes a number of steps (1 or more), not {args.live}")
     if command:
         if args.native:
             _warn_native("native stacks are recorded for a script or -m module, not a -- command")
@@ -228,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         main_pid,
         tree.directory,
         lambda profile: _write_profile(profile, outdir, options, args),
-        args.snapshot_every,
+        _ticker(tree.directory, outdir, args),
     )
     native = _start_native(args.rate) if args.native else None  # before sampling: perf takes a while to start
     profiler = Profiler(

@@ -1,6 +1,6 @@
 """Writes a ``run``'s outputs when the profiled process ended without writing them: killed by a
-signal (SIGKILL included) that the program did not handle; and, with ``--snapshot-every``, the
-profile so far while the program runs.
+signal (SIGKILL included) that the program did not handle; and, while the program runs, the
+periodic work done outside it: ``--snapshot-every``'s snapshots and ``--live``'s lines.
 
 ``run`` profiles the program in its own process, so the program's signals keep their default
 actions and end it exactly as they would without flameprof. That process flushes its samples to a
@@ -9,7 +9,8 @@ and detached from it (its own session, not the program's child), waits for the p
 and unless ``run`` finished the profile itself, merges the parts left behind (the process's own
 and its children's) into the usual outputs. Snapshots are made here too, outside the program:
 every ``snapshot_every`` seconds the parts as they are are merged into ``profile.snapshot.flameprof``
-(written atomically, so a job killed at any moment leaves the last one whole).
+(written atomically, so a job killed at any moment leaves the last one whole), and with ``--live``
+one line a second on stderr: the last steps' step time and phase shares (render/live_view.py).
 """
 
 from __future__ import annotations
@@ -23,11 +24,41 @@ from ..collect.jobs.tree import ProcessTree
 
 FINISHING = "finishing"  # a file in the parts directory: run writes the outputs itself
 SNAPSHOT = "profile.snapshot.flameprof"
+LIVE_INTERVAL = 1.0  # seconds between --live lines (the parts are flushed about every second)
 
 
-def start_watcher(pid: int, parts: str, write, snapshot_every: float | None = None) -> None:
+class Ticker:
+    """The periodic work of a run, done outside the program: ``interval`` is when to call it next."""
+
+    def __init__(self, parts: str, outdir: str, snapshot_every: float | None, live_steps: int | None) -> None:
+        self.parts, self.outdir = parts, outdir
+        self.snapshot_every, self.live_steps = snapshot_every, live_steps
+        self.interval = LIVE_INTERVAL if live_steps else snapshot_every
+        self.started = time.monotonic()
+        self.next_snapshot = self.started + snapshot_every if snapshot_every else None
+
+    def __call__(self, main_pid: int) -> None:
+        tree = ProcessTree.existing(self.parts)
+        if self.live_steps:
+            write_live_line(tree, main_pid, self.live_steps, time.monotonic() - self.started)
+        if self.next_snapshot is not None and time.monotonic() >= self.next_snapshot - 0.05:
+            self.next_snapshot += self.snapshot_every
+            write_snapshot(tree, self.outdir, main_pid)
+
+
+def write_live_line(tree: ProcessTree, main_pid: int, steps: int, seconds: float) -> None:
+    """One ``--live`` line on stderr from the parts as they are (nothing before the first flush)."""
+    from ..render.live_view import live_line  # numpy-backed: never imported in the program's process
+
+    profile = tree.snapshot(main_pid)
+    if profile is not None:
+        sys.stderr.write(f"flameprof live: {live_line(profile, steps, seconds)}\n")
+        sys.stderr.flush()
+
+
+def start_watcher(pid: int, parts: str, write, ticker: Ticker | None = None) -> None:
     """Fork the watcher of process ``pid`` (this one); ``write(profile)`` writes the outputs there,
-    and every ``snapshot_every`` seconds a snapshot goes next to them.
+    and ``ticker`` does the periodic work (snapshots, live lines) while it runs.
 
     Called before the program runs and before any thread starts: the watcher is a copy of this
     process, so nothing is imported or exec'd. The intermediate child ends at once, so the program
@@ -44,8 +75,8 @@ def start_watcher(pid: int, parts: str, write, snapshot_every: float | None = No
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
-        while not _wait_for_exit(pid, snapshot_every):
-            write_snapshot(ProcessTree.existing(parts), os.path.dirname(parts), pid)
+        while not _wait_for_exit(pid, ticker.interval if ticker else None):
+            ticker(pid)
         if not os.path.exists(os.path.join(parts, FINISHING)) and os.path.isdir(parts):
             _rescue(pid, parts, write)
     except BaseException:

@@ -47,6 +47,7 @@ START_TIMEOUT = 60.0  # the agent imports flameprof in the target
 SAVE_TIMEOUT = 60.0
 FOLLOWED_GRACE = 3.0  # seconds for followed children to write their final part after the detach
 LIVENESS_INTERVAL = 0.5  # seconds between checks that a process whose agent is silent still runs
+LIVE_INTERVAL = 1.0  # seconds between the live view's looks at the parts (the agents flush every second)
 
 
 def record(
@@ -58,12 +59,15 @@ def record(
     backward_layers: bool = False,
     follow_forks: bool = False,
     trace_steps: int | None = None,
+    live: Callable[[Callable[[], Profile | None]], bool] | None = None,
 ) -> Profile:
     """Profile ``target`` (and ``children``) for ``duration`` seconds (None: until Ctrl-C) with the
     injected agent; several processes come back as one merged profile. With ``follow_forks`` the
     children that the profiled processes fork meanwhile are profiled too, and other Python
     processes that appear below ``target`` are injected as they appear. With ``trace_steps`` K, each
-    profiled process also traces its next K whole steps (collect/engine/trace_window.py).
+    profiled process also traces its next K whole steps (collect/engine/trace_window.py). ``live`` is
+    called about every second with a function returning the profile so far (the agents flush every
+    second); it returns True to end the attach (``flameprof top``).
 
     Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
     instead), FlameprofError for everything else; a child that cannot be profiled is left out.
@@ -126,7 +130,9 @@ def record(
                 + (f"for {duration:g} s" if duration else "until Ctrl-C")
             )
             try:
-                _wait(channel, remotes, by_pid, config, duration, watcher)
+                _wait(
+                    channel, remotes, by_pid, config, duration, watcher, _live_tick(live, channel, target.pid)
+                )
             finally:
                 if watcher is not None:
                     watcher.close()
@@ -230,13 +236,20 @@ def _wait(
     config: dict,
     duration: float | None,
     watcher: ChildWatcher | None,
+    tick: Callable[[], bool] | None = None,
 ) -> None:
     """Wait out the duration, or Ctrl-C, or the main process's end (its agent then finishes first),
-    accepting the agents of children that connect meanwhile, and letting ``watcher`` look for new ones."""
+    or ``tick`` returning True (it is called every LIVE_INTERVAL), accepting the agents of children
+    that connect meanwhile, and letting ``watcher`` look for new ones."""
     deadline = None if duration is None else time.monotonic() + duration
     main = remotes[0]
+    next_tick = time.monotonic() + LIVE_INTERVAL
     try:
         while main.result is None and (deadline is None or time.monotonic() < deadline):
+            if tick is not None and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + LIVE_INTERVAL
+                if tick():
+                    break
             if watcher is not None:
                 watcher.poll()
             live = [r for r in remotes if r.result is None]
@@ -248,6 +261,8 @@ def _wait(
             )
             if watcher is not None:
                 left = min(left, WATCH_INTERVAL)
+            if tick is not None:
+                left = min(left, max(0.0, next_tick - time.monotonic()))
             ready = select.select([r.conn for r in live] + waiting, [], [], left)[0]
             if channel.server in ready:
                 remote = _accept(channel, by_pid, main.target.pid, config, 0)
@@ -343,6 +358,37 @@ def _collect_followed(channel: Channel, injected: set[int], note: Callable[[str]
             profile.meta.update(collector="attach", backend="inject")
             profiles.append(profile)
     return profiles
+
+
+def _live_tick(
+    live: Callable[[Callable[[], Profile | None]], bool] | None, channel: Channel, main_pid: int
+) -> Callable[[], bool] | None:
+    if live is None:
+        return None
+    return lambda: live(lambda: _so_far(channel, main_pid))
+
+
+def _so_far(channel: Channel, main_pid: int) -> Profile | None:
+    """Every agent's part as it is now, merged (None before the first flush, or when a part cannot be
+    read at this moment)."""
+    profiles = []
+    for path in part_files(channel.path):
+        data = channel.read_private(os.path.basename(path), 1 << 31)
+        if not data:
+            continue
+        try:
+            profile = storage.loads(data, path)
+        except FlameprofError:
+            return None
+        agent_tid = profile.meta.pop("agent_tid", None)
+        pid = profile.processes[0].pid if profile.processes else main_pid
+        if isinstance(agent_tid, int):
+            profile = profile.without_thread(pid, agent_tid)
+        if profile.num_samples:
+            profiles.append(profile)
+    if not profiles:
+        return None
+    return profiles[0] if len(profiles) == 1 else merge_profiles(profiles, main_pid=main_pid)
 
 
 def _load(channel: Channel, target: TargetProcess, missing: str = "") -> Profile:

@@ -1,0 +1,92 @@
+"""The live view of a running job (``flameprof top``): the last N steps' phase shares and step time,
+the top layers and functions over those steps, and what the DataLoader workers did, as a screen of
+text, or as one plain line for a log."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.profile import Profile
+from .report import report_data, startup_line
+
+PHASE_SHORT = {
+    "data": "data",
+    "forward": "fwd",
+    "backward": "bwd",
+    "optimizer": "opt",
+    "sync": "sync",
+    "other": "other",
+}
+
+
+def recent(profile: Profile, steps: int) -> tuple[Profile, int]:
+    """``profile`` cut to its last ``steps`` steps (by the step marks), and how many steps it had in
+    all; the whole profile while it has fewer."""
+    ends = sorted(m.time for m in profile.marks if m.name == "step")
+    if len(ends) <= steps:
+        return profile, len(ends)
+    cut = ends[-steps - 1]
+    profile.select(profile.sample_time > cut)
+    profile.marks = [m for m in profile.marks if m.time >= cut]
+    return profile, len(ends)
+
+
+def _phases(data: dict) -> str:
+    steady = data["steps"]["steady"]
+    source = steady["phases"] if steady["count"] else data["phases"]
+    cells = []
+    for name, short in PHASE_SHORT.items():
+        cells.append(f"{short} {source[name]['percent']:.1f}%")
+    return "  ".join(cells)
+
+
+def _step_text(data: dict) -> str:
+    steady = data["steps"]["steady"]
+    if not steady["count"]:
+        return "no steps yet"
+    p50, p90, most = (steady[k] * 1e3 for k in ("p50", "p90", "max"))
+    return f"p50 {p50:.1f} ms, p90 {p90:.1f} ms, max {most:.1f} ms"
+
+
+def live_lines(profile: Profile, steps: int, seconds: float, top: int = 8) -> list[str]:
+    """The screen: header, steps, phases, verdict, top layers and functions, processes."""
+    total_steps = sum(1 for m in profile.marks if m.name == "step")
+    window, _ = recent(profile, steps)
+    data = report_data(window)
+    shown = min(steps, total_steps)
+    out = [
+        f"{total_steps} steps in {seconds:.0f} s; last {shown}: {_step_text(data)}",
+        f"phases (last {shown} steps): {_phases(data)}",
+        f"verdict: {data['verdict']['text']}",
+    ]
+    if startup_line(data) and not total_steps:
+        out.append(f"startup: {startup_line(data)}")
+    if data["layers"]:
+        out += ["", "top layers (self, last steps):"]
+        out += [f"  {r['self_percent']:5.1f}%  {r['name']}" for r in data["layers"][:top]]
+    if data["functions"]:
+        out += ["", "top functions (self, all threads):"]
+        out += [f"  {r['self_percent']:5.1f}%  {r['name']}" for r in data["functions"][:top]]
+    if data["processes"]:
+        out += ["", "processes:"] + [f"  {line}" for line in data["processes"]["lines"]]
+    return out
+
+
+def live_line(profile: Profile, steps: int, seconds: float) -> str:
+    """One line for a log (stdout not a terminal): steps, step time, phases, the top layer."""
+    total_steps = sum(1 for m in profile.marks if m.name == "step")
+    window, _ = recent(profile, steps)
+    data = report_data(window)
+    layer = f" | top layer {data['layers'][0]['name']}" if data["layers"] else ""
+    return f"{seconds:6.1f} s | {total_steps} steps, {_step_text(data)} | {_phases(data)}{layer}"
+
+
+def clip(lines: list[str], width: int, height: int) -> list[str]:
+    """``lines`` cut to a terminal of ``width`` x ``height``."""
+    return [line[:width] for line in lines[: max(height, 1)]]
+
+
+def sample_seconds(profile: Profile) -> float:
+    if not profile.num_samples:
+        return 0.0
+    return float(np.max(profile.sample_time) - np.min(profile.sample_time - profile.sample_wall))
