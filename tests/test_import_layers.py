@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from conftest import REPO
 
@@ -118,3 +119,20 @@ def test_the_walk_sees_lazy_and_relative_imports():
     assert "flameprof.model.storage" in found["flameprof.collect.jobs.tree"]
     assert "flameprof.collect.engine.session" in found["flameprof.profiler"]
     assert stage("flameprof.collect.engine.session") == "collect" and stage("flameprof.cli") == "top"
+
+
+def test_the_layout_page_names_every_module():
+    """docs/layout.md is how a newcomer finds a file: every module of a stage has its line there
+    (the top level and the demo's examples are named in a sentence of their own)."""
+    with open(os.path.join(REPO, "docs", "layout.md")) as fh:
+        page = fh.read()
+    missing = []
+    for root, dirs, files in os.walk(PACKAGE):
+        dirs[:] = [d for d in dirs if d not in ("__pycache__", "examples")]
+        if root == PACKAGE:
+            continue
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py":
+                if not re.search(r"`(?:[\w/]+/)?" + re.escape(name) + "`", page):
+                    missing.append(os.path.relpath(os.path.join(root, name), PACKAGE))
+    assert not missing, f"add these to docs/layout.md: {sorted(missing)}"
