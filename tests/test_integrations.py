@@ -4,6 +4,7 @@ callback (tiny random models, CPU, no downloads)."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from conftest import REPO
 from sampled import wait_for_samples
 
 from flameprof.analyze.breakdown import analyze
+from flameprof.analyze.processes import processes_report
 from flameprof.model import storage
 
 
@@ -79,6 +81,71 @@ def test_lightning_profiler_writes_one_profile_per_stage_with_its_steps(tmp_path
     layers = {f.name for f in fit.frames if f.kind == "layer"}
     assert {"Lit.net (Sequential)", "Lit.net.3 (Waits)"} <= layers
     assert "flameprof (fit): " in caplog.text and "phases: data" in caplog.text
+
+
+DDP_FIT = r"""
+import sys, time, torch
+import lightning as L
+from torch.utils.data import DataLoader, TensorDataset
+from flameprof.integrations.lightning import FlameprofProfiler
+
+class Lit(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+    def training_step(self, batch, i):
+        if self.global_rank == 1:  # rank 1 is the straggler: 10 ms more work a step
+            start = time.perf_counter()
+            while time.perf_counter() - start < 0.01:
+                pass
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+if __name__ == "__main__":
+    samples = TensorDataset(torch.randn(2048, 32), torch.randn(2048, 1))
+    data = DataLoader(samples, batch_size=32, num_workers=1)
+    trainer = L.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp", max_steps=30, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+        profiler=FlameprofProfiler(dirpath=sys.argv[1], rate=500),
+    )
+    trainer.fit(Lit(), data)
+"""
+
+
+def test_lightning_ddp_ranks_are_merged_into_one_profile_naming_the_slowest(tmp_path):
+    script = tmp_path / "ddp_fit.py"
+    script.write_text(DDP_FIT)
+    out = tmp_path / "prof"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "flameprof-fit",
+        "flameprof-fit-rank0",
+        "flameprof-fit-rank1",
+    ]
+    merged = storage.load(out / "flameprof-fit" / "profile.flameprof")
+    assert sorted(p.role for p in merged.processes) == ["rank 0", "rank 1"]
+    for rank in (0, 1):
+        own = storage.load(out / f"flameprof-fit-rank{rank}" / "profile.flameprof")
+        assert [p.role for p in own.processes] == [f"rank {rank}"]
+    report = processes_report(merged)
+    assert report["straggler"] == "rank 1", report["lines"]
+    # its training_step works longer; under DDP training_step runs inside the wrapper's forward
+    assert report["straggler_phase"] == "forward", report["lines"]
+    assert "slowest rank: rank 1" in proc.stdout + proc.stderr  # the summary Lightning logs
 
 
 def test_importing_flameprof_imports_no_framework():

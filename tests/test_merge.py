@@ -224,6 +224,8 @@ def test_slowest_rank_is_named_with_its_excess():
     by_role = {loop["role"]: loop for loop in report["loops"]}
     assert by_role["rank 1"]["phase_per_step"]["forward"] == pytest.approx(0.07)
     assert by_role["rank 0"]["step_p50"] == pytest.approx(0.10)
-    assert report["lines"][-1].startswith(
-        "slowest rank: rank 1, p50 step 120.0 ms, 20% (20.0 ms) slower than rank 0"
+    assert report["straggler_phase"] == "forward"
+    assert report["lines"][-1] == (
+        "slowest rank: rank 1, 120.0 ms of its own work per step, 20% more than rank 0; its forward is "
+        "20.0 ms slower per step than rank 0's; the other ranks wait for it (per step: rank 0 0.0 ms)"
     )

@@ -25,6 +25,8 @@ _FETCHER = "torch/utils/data/_utils/fetch.py"  # where a worker runs the dataset
 _RANK = re.compile(r"^rank \d+$")
 _WORKER = re.compile(r"^(?:(rank \d+): )?dataloader worker (\d+)")
 _HOST = re.compile(r" on \S+$")
+_COLLECTIVES = "torch/distributed/distributed_c10d.py"  # all_reduce, barrier, broadcast, gathers, wait
+_COMPUTE = [LEAF_PHASES.index(p) for p in ("forward", "backward", "optimizer", "sync")]
 
 
 @dataclass
@@ -46,6 +48,10 @@ class LoopProcess:
     step_p50: float = 0.0  # steady-state median step, seconds
     phase_per_step: dict[str, float] = field(default_factory=dict)  # steady-state seconds per step
     cpu_per_step: float = 0.0
+    # steady-state seconds per step the loop thread waited for the other ranks: in a collective it
+    # calls from Python, or off-CPU inside forward, backward, optimizer or sync (DDP's all_reduce
+    # waits in C++ at the end of backward, where the Python stack shows only backward)
+    wait_per_step: float = 0.0
     data_wait: float = 0.0  # loop thread, whole run
     workers: list[WorkerActivity] = field(default_factory=list)
 
@@ -53,9 +59,10 @@ class LoopProcess:
 @dataclass
 class ProcessAnalysis:
     loops: list[LoopProcess]
-    straggler: str | None = None  # the slowest rank when there are several
+    straggler: str | None = None  # the rank with the most work of its own per step, when there are several
     fastest: str | None = None
-    excess: float = 0.0  # straggler's median step over the fastest rank's, as a fraction
+    excess: float = 0.0  # straggler's own work per step over the fastest rank's, as a fraction
+    slow_phase: str | None = None  # the phase where the straggler spends most more than the fastest
 
 
 def sample_processes(profile: Profile) -> tuple[list[str], np.ndarray]:
@@ -117,11 +124,20 @@ def analyze_processes(profile: Profile, rules: Sequence[Rule] = ()) -> ProcessAn
     result = ProcessAnalysis(list(loops.values()))
     ranks = [loop for loop in result.loops if _RANK.match(_HOST.sub("", loop.role)) and loop.steps]
     if len(ranks) >= 2:
-        slow = max(ranks, key=lambda r: r.step_p50)
-        fast = min(ranks, key=lambda r: r.step_p50)
+        # Ranks that synchronise every step have the same step time: the straggler is the one with
+        # the most work of its own, the others wait for it.
+        slow = max(ranks, key=own_work)
+        fast = min(ranks, key=own_work)
         result.straggler, result.fastest = slow.role, fast.role
-        result.excess = slow.step_p50 / fast.step_p50 - 1.0 if fast.step_p50 > 0 else 0.0
+        result.excess = own_work(slow) / own_work(fast) - 1.0 if own_work(fast) > 0 else 0.0
+        gaps = {p: t - fast.phase_per_step.get(p, 0.0) for p, t in slow.phase_per_step.items()}
+        result.slow_phase = max(gaps, key=gaps.get) if gaps and max(gaps.values()) > 0 else None
     return result
+
+
+def own_work(loop: LoopProcess) -> float:
+    """A rank's steady step time less its waits for the other ranks."""
+    return max(loop.step_p50 - loop.wait_per_step, 0.0)
 
 
 def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess) -> tuple:
@@ -142,6 +158,11 @@ def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: 
         first, last = table.bounds[int(np.argmax(steady))], table.bounds[-1]
         in_steady = on_loop & (sub.sample_time >= first) & (sub.sample_time <= last)
         loop.cpu_per_step = float(sub.sample_cpu[in_steady].sum()) / loop.steps
+        in_collective = stack_has(sub, lambda f: f.file.replace("\\", "/").endswith(_COLLECTIVES))
+        collective = np.append(in_collective, False)[sub.sample_stack] & in_steady
+        compute = in_steady & ~collective & np.isin(sub_phases, _COMPUTE)
+        off_cpu = np.maximum(sub.sample_wall[compute] - sub.sample_cpu[compute], 0.0).sum()
+        loop.wait_per_step = float(sub.sample_wall[collective].sum() + off_cpu) / loop.steps
     waiting = on_loop & (sub_phases == _WAIT)
     loop.data_wait = float(sub.sample_wall[waiting].sum())
     return _union(sub.sample_time[waiting] - sub.sample_wall[waiting], sub.sample_time[waiting])
@@ -236,10 +257,19 @@ def process_lines(result: ProcessAnalysis) -> list[str]:
     if result.straggler is not None:
         slow = next(loop for loop in result.loops if loop.role == result.straggler)
         fast = next(loop for loop in result.loops if loop.role == result.fastest)
+        where = ""
+        if result.slow_phase is not None:
+            gap = slow.phase_per_step[result.slow_phase] - fast.phase_per_step.get(result.slow_phase, 0.0)
+            where = f"; its {result.slow_phase} is {1e3 * gap:.1f} ms slower per step than {fast.role}'s"
+        waiting = ", ".join(
+            f"{loop.role} {1e3 * loop.wait_per_step:.1f} ms"
+            for loop in result.loops
+            if loop is not slow and loop.steps and _RANK.match(_HOST.sub("", loop.role))
+        )
         lines.append(
-            f"slowest rank: {slow.role}, p50 step {1e3 * slow.step_p50:.1f} ms, "
-            f"{100 * result.excess:.0f}% ({1e3 * (slow.step_p50 - fast.step_p50):.1f} ms) slower than "
-            f"{fast.role}"
+            f"slowest rank: {slow.role}, {1e3 * own_work(slow):.1f} ms of its own work per step, "
+            f"{100 * result.excess:.0f}% more than {fast.role}{where}; the other ranks wait for it "
+            f"(per step: {waiting})"
         )
     return lines
 
@@ -254,5 +284,6 @@ def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict | Non
         "straggler": result.straggler,
         "fastest_rank": result.fastest,
         "straggler_excess_percent": round(100 * result.excess, 3),
+        "straggler_phase": result.slow_phase,
         "lines": process_lines(result),
     }

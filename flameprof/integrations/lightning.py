@@ -1,21 +1,28 @@
 """flameprof as a Lightning profiler: ``Trainer(profiler=FlameprofProfiler(dirpath="prof"))``.
 
 Each stage the Trainer runs (``fit``, ``validate``, ``test``, ``predict``) is one profile, written
-with the usual files into ``<dirpath>/flameprof-<stage>`` (``-rank<N>`` added on ranks other
-than 0), with the stage's own steps marked (the ``training_step`` of ``fit``, the
-``validation_step`` of ``validate``, ...); the verdict and the phase shares are the profiler's
-summary, which Lightning logs at the end of the stage. Imported only when used: ``import
-flameprof`` does not import Lightning.
+with the usual files into ``<dirpath>/flameprof-<stage>``, with the stage's own steps marked (the
+``training_step`` of ``fit``, the ``validation_step`` of ``validate``, ...); the verdict and the
+phase shares are the profiler's summary, which Lightning logs at the end of the stage. Under DDP
+(or any strategy with a process group) every rank writes its own profile into
+``flameprof-<stage>-rank<N>``, and rank 0 gathers them through the process group and writes the job,
+merged from the ranks, into ``flameprof-<stage>``: its report names the slowest rank. Imported only
+when used: ``import flameprof`` does not import Lightning.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
 from pathlib import Path
 
 from lightning.pytorch.profilers import Profiler as LightningProfiler
 
 from ..collect.engine.scopes import step
+from ..model import storage
+from ..model.merge import merge_profiles
+from ..model.profile import ProcessInfo, Profile
 from ..profiler import Profiler
 from ..render.formats import Rendering
 from ..render.options import OutputOptions
@@ -77,17 +84,51 @@ class FlameprofProfiler(LightningProfiler):
         if profiler is None:
             return
         profile = profiler.stop()
-        rank = int(os.environ.get("RANK", self._local_rank or 0) or 0)
-        name = f"flameprof-{self._stage or 'run'}" + (f"-rank{rank}" if rank else "")
-        outdir = os.path.join(str(self.dirpath or "."), name)
-        os.makedirs(outdir, exist_ok=True)
+        base = os.path.join(str(self.dirpath or "."), f"flameprof-{self._stage or 'run'}")
+        group = _process_group()
+        if group is None:
+            rank = int(os.environ.get("RANK", self._local_rank or 0) or 0)
+            self.paths = self._write(profile, base + (f"-rank{rank}" if rank else ""))
+        else:
+            rank, size = group
+            profile.processes = [
+                ProcessInfo(os.getpid(), f"rank {rank}", socket.gethostname(), "", os.getppid())
+            ]
+            own = self._write(profile, f"{base}-rank{rank}")
+            merged = _gather(profile, rank, size)
+            self.paths = own if merged is None else self._write(merged, base)
+            profile = merged or profile
         rendering = Rendering(profile, OutputOptions(mode=self.mode))
-        self.paths = write_outputs(rendering, outdir)
         data = report_data(profile, mode=self.mode, analysis=rendering.analysis)
         basis = data["steps"]["steady"]["phases"] if data["steps"]["steady"]["count"] else data["phases"]
         lines = phase_lines(basis)
         shares = ", ".join(f"{name} {pct}" for name, _, pct, _ in lines if not name.startswith(" "))
+        ranks = "".join(f"  {line}\n" for line in (data["processes"] or {}).get("lines", []))
         self._summary = (
             f"flameprof ({self._stage}): {data['verdict']['text']}\n"
-            f"  phases: {shares}\n  profile: {self.paths[0]}\n"
+            f"  phases: {shares}\n{ranks}  profile: {self.paths[0]}\n"
         )
+
+    def _write(self, profile: Profile, outdir: str) -> list[str]:
+        os.makedirs(outdir, exist_ok=True)
+        return write_outputs(Rendering(profile, OutputOptions(mode=self.mode)), outdir)
+
+
+def _process_group() -> tuple[int, int] | None:
+    """(rank, world size) when the Trainer runs several ranks in a process group, else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _gather(profile: Profile, rank: int, size: int) -> Profile | None:
+    """On rank 0, every rank's profile of the stage merged into one (None on the other ranks)."""
+    import torch.distributed as dist
+
+    gathered: list | None = [None] * size if rank == 0 else None
+    dist.gather_object(storage.dumps(profile), gathered, dst=0)
+    if gathered is None:
+        return None
+    profiles = [storage.loads(data, f"rank {i}") for i, data in enumerate(gathered)]
+    return merge_profiles(profiles, main_pid=profile.processes[0].pid)

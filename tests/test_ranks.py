@@ -1,0 +1,67 @@
+"""Ranks that wait for each other: torchrun on CPU (gloo) with one rank made slow on purpose; the
+report names the straggler, the phase that makes it slow, and how long the others wait for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+import torch  # noqa: F401  (the runs without torch leave this file out, as every torch test)
+from conftest import run_flameprof
+
+DDP = r"""
+import time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+def load_batch():
+    end = time.perf_counter() + (0.012 if rank == 1 else 0.002)  # rank 1's data loading: +10 ms
+    while time.perf_counter() < end:
+        pass
+    return torch.randn(32, 64), torch.randn(32, 1)
+
+for step in range(60):
+    x, y = load_batch()
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_straggler_and_the_others_wait(tmp_path):
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = tmp_path / "out"
+    proc = run_flameprof(
+        "run", "--rate", "500", "--phase", "data=ddp.py:load_batch", "-o", str(out), "--",
+        torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        str(script),
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(run_flameprof("report", "--format", "json", str(out / "profile.flameprof")).stdout)
+    ranks = report["processes"]
+    assert ranks["straggler"] == "rank 1" and ranks["fastest_rank"] == "rank 0", ranks["lines"]
+    assert ranks["straggler_phase"] == "data.fetch", ranks["lines"]
+    loops = {loop["role"]: loop for loop in ranks["loops"]}
+    # both ranks step together; rank 0 spends rank 1's extra 10 ms waiting (in backward's all_reduce)
+    assert abs(loops["rank 0"]["step_p50"] - loops["rank 1"]["step_p50"]) < 0.002
+    assert 0.006 < loops["rank 0"]["wait_per_step"] < 0.014, ranks["lines"]
+    assert loops["rank 1"]["wait_per_step"] < 0.004, ranks["lines"]
+    extra = loops["rank 1"]["phase_per_step"]["data.fetch"] - loops["rank 0"]["phase_per_step"]["data.fetch"]
+    assert 0.008 < extra < 0.012
