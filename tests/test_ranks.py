@@ -65,3 +65,39 @@ def test_torchrun_straggler_and_the_others_wait(tmp_path):
     assert loops["rank 1"]["wait_per_step"] < 0.004, ranks["lines"]
     extra = loops["rank 1"]["phase_per_step"]["data.fetch"] - loops["rank 0"]["phase_per_step"]["data.fetch"]
     assert 0.008 < extra < 0.012
+
+
+def test_two_nodes_profiled_apart_merge_into_one_job(tmp_path):
+    """``flameprof run -- torchrun --nnodes 2 ...`` on each "node" (two torchrun invocations here,
+    rendezvous on 127.0.0.1), then ``flameprof merge``: one job, its ranks, the straggler named."""
+    import subprocess
+
+    from conftest import flameprof_cmd
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP.replace("range(60)", "range(40)"))
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    port = str(_free_port())
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    nodes = []
+    for node in (0, 1):
+        argv = flameprof_cmd(
+            "run", "--rate", "500", "--phase", "data=ddp.py:load_batch", "-o", str(tmp_path / f"node{node}"),
+            "--", torchrun, "--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "1",
+            "--master_addr", "127.0.0.1", "--master_port", port, str(script),
+        )  # fmt: skip
+        nodes.append(
+            subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
+    for proc in nodes:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    merged = tmp_path / "job.flameprof"
+    proc = run_flameprof(
+        "merge", str(tmp_path / "node0" / "profile.flameprof"), str(tmp_path / "node1" / "profile.flameprof"),
+        "-o", str(merged),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ranks = json.loads(run_flameprof("report", "--format", "json", str(merged)).stdout)["processes"]
+    assert sorted(loop["role"] for loop in ranks["loops"] if loop["steps"]) == ["rank 0", "rank 1"]
+    assert ranks["straggler"] == "rank 1" and ranks["straggler_phase"] == "data.fetch", ranks["lines"]
