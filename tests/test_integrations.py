@@ -165,16 +165,18 @@ def test_hugging_face_callback_profiles_a_window_of_steps(tmp_path):
     from flameprof.integrations.huggingface import FlameprofCallback
 
     torch.manual_seed(0)
+    # Wide enough that the encoder layer is most of each step: the 20 profiled steps then always
+    # hold samples inside it (at 32 wide, a step took ~2 ms and the layer was missed once in CI).
     config = BertConfig(
         vocab_size=200,
-        hidden_size=32,
+        hidden_size=256,
         num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=64,
         num_labels=2,
     )
-    data = [{"input_ids": torch.randint(0, 200, (16,)), "labels": torch.tensor(i % 2)} for i in range(512)]
+    data = [{"input_ids": torch.randint(0, 200, (64,)), "labels": torch.tensor(i % 2)} for i in range(512)]
     args = TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=40,
