@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import tempfile
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -51,8 +50,7 @@ class _Session:
                 hooks = torch_hooks.install(self.sampler, backward_layers)
                 self.window = None
                 if trace_steps is not None:
-                    directory = tempfile.mkdtemp(prefix="flameprof-trace-")
-                    self.window = TraceWindow(*trace_steps, directory, NAMER)
+                    self.window = TraceWindow(*trace_steps, NAMER)
                     hooks.add_window(self.window)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)

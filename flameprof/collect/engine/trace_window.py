@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -44,9 +45,8 @@ def _warn(message: str) -> None:
 class TraceWindow:
     """Opens torch.profiler at the start of step ``first`` and closes it at the end of step ``last - 1``."""
 
-    def __init__(self, first: int, last: int, directory: str, namer: LayerNamer) -> None:
+    def __init__(self, first: int, last: int, namer: LayerNamer) -> None:
         self.first, self.last = first, last
-        self.directory = directory  # where read_window exports the traces it reads
         self.namer = namer
         self.steps = 0  # steps completed so far
         self.stopped: list[Any] = []  # stopped torch.profiler objects, their traces not yet read
@@ -207,14 +207,15 @@ class TraceWindow:
 
 def read_window(window: TraceWindow, epoch: float) -> Any:
     """The window's traces as one attributed ``Trace`` on the profile's time base (None when nothing
-    was traced). Each is exported through a file in the window's directory, removed once read.
-    Imports numpy: call it when taking the profile."""
+    was traced). Each is exported through a file in a private temporary directory, removed once
+    read. Imports numpy: call it when taking the profile."""
     from ...model.trace import concat
     from ..importers.kineto import decode_document, read_trace
 
     traces = []
+    directory = tempfile.mkdtemp(prefix="flameprof-trace-") if window.stopped else ""
     for n, profiler in enumerate(window.stopped):
-        path = os.path.join(window.directory, f"trace-{os.getpid()}-{n}.json")
+        path = os.path.join(directory, f"trace-{n}.json")
         try:
             profiler.export_chrome_trace(path)
             with open(path, "rb") as fh:
@@ -225,7 +226,8 @@ def read_window(window: TraceWindow, epoch: float) -> Any:
         finally:
             _remove(path)
     window.stopped = []
-    _remove(window.directory)
+    if directory:
+        _remove(directory)
     trace = concat(traces)
     if trace is not None:
         trace.params.update(window.params)
@@ -254,7 +256,6 @@ def export_window(window: TraceWindow, path: str) -> None:
         except Exception as exc:
             _warn(f"could not export the trace ({type(exc).__name__}: {exc})")
     window.stopped = []
-    _remove(window.directory)
 
 
 def read_exported(directory: str, epoch: float) -> Any:
