@@ -7,6 +7,7 @@ hooks, user scopes). ``choose_sampler`` picks the subclass that runs.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -173,25 +174,27 @@ class SamplerBase:
             hook()
 
     def _loop(self) -> None:
+        """One tick at a random point of each interval, as the C clock does (``next_tick`` in
+        native/sampler.c): a loop whose period settles on a multiple of the interval is not seen
+        at the same few points of its period."""
         interval = self.interval
         wait = self._stop.wait
         clock = time.perf_counter
+        jitter = random.Random().random
         sample = self.sample
         ident = threading.get_ident()
-        next_tick = clock()
+        slot = clock()  # the start of the current interval
         while True:
-            next_tick += interval
-            delay = next_tick - clock()
-            if delay < 0:  # starved (e.g. a long C call held the GIL): do not try to catch up
-                next_tick = clock()
-                delay = 0
-            if wait(delay):
+            if wait(max(0.0, slot + interval * jitter() - clock())):
                 return
             try:
                 sample(exclude=ident)
                 self._run_tick_hooks()
             except Exception:  # never let a sampling bug reach the target
                 pass
+            slot += interval
+            if slot + interval < clock():  # starved (a long C call held the GIL): no catching up
+                slot = clock()
 
 
 def start_without_signals(thread: threading.Thread) -> None:
