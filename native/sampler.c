@@ -965,10 +965,9 @@ Sampler_sample(Sampler *s, PyObject *args)
  * of its interval (next_tick): a loop whose period settles on a multiple of the interval would
  * otherwise be seen at the same few points of its period all run long (0.2 ms of work between
  * 2 ms waits in a thread: 7.0 % of the ticks instead of 8.9 % in three runs of eleven). The clock
- * thread asks the
- * scheduler to run it at its ticks (raise_clock_priority). Every ``slow_interval`` it also
- * runs a Python callback with the GIL (process counters). One clock per process; fork handlers
- * leave the child with none and sane locks.
+ * thread asks the scheduler to run it at its ticks (raise_clock_priority). Every ``slow_interval``
+ * it also runs a Python callback with the GIL (process counters). One clock per process; fork
+ * handlers leave the child with none and sane locks.
  */
 
 /* Faults of the thread's own doing: never blocked (faulthandler reports them). */
