@@ -267,7 +267,11 @@ def test_top_functions_leave_idle_helper_threads_out_unless_asked(tmp_path, writ
 
     names = [function(row["name"]) for row in data["functions"]]
     assert names[0] == "compute" and data["idle_left_out"] > 2.0
-    assert not {"wait", "select"} & set(names[:3]), names
+    # A helper's first sample holds the CPU time of its start, so it is not idle: a sliver beside the
+    # loop's work (one interval), while the seconds each helper sleeps are left out.
+    self_time = {function(row["name"]): row["self"] for row in data["functions"]}
+    helpers = self_time.get("wait", 0) + self_time.get("select", 0)
+    assert helpers < 0.05 * self_time["compute"], data["functions"]
     assert "pause" in names  # the loop thread's sleep counts
     everything = json.loads(run_flameprof("report", profile, "--format", "json", "--idle").stdout)
     assert everything["idle_left_out"] == 0

@@ -126,19 +126,22 @@ def shares(spent: dict[str, float]) -> dict[str, float]:
 
 
 def sampled_shares(profile: Profile, thread_name: str, mode: str = "wall") -> dict[str, float]:
-    """The share of ``thread_name``'s samples (weighted by ``mode``) in ``burst`` and in ``block``."""
+    """The share of ``thread_name``'s samples (weighted by ``mode``) in ``burst`` and in ``block``;
+    also in neither (``other``), and the largest share one sample holds (``largest``: a clock held
+    up for a while gives the sample after it the whole wait)."""
     names = {i for i, t in enumerate(profile.threads) if t.name == thread_name}
     weights = profile.weights(mode)
-    found = {"burst": 0.0, "block": 0.0, "total": 0.0}
+    found = {"burst": 0.0, "block": 0.0, "other": 0.0, "largest": 0.0, "total": 0.0}
     for stack, thread, weight in zip(
         profile.sample_stack.tolist(), profile.sample_thread.tolist(), weights.tolist()
     ):
         if thread not in names:
             continue
         functions = {profile.frames[f].name for f in profile.stack_frames(stack)}
-        for part in ("burst", "block"):
-            if part in functions:
-                found[part] += weight
+        parts = [part for part in ("burst", "block") if part in functions] or ["other"]
+        for part in parts:
+            found[part] += weight
+        found["largest"] = max(found["largest"], weight)
         found["total"] += weight
     total = found.pop("total") or 1.0
     return {part: value / total for part, value in found.items()}
