@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from ...model.builder import ProfileBuilder
 
+TICK_JITTER = 0.25  # how far into its interval a tick may fall (native/sampler.c)
+
 # Every signal but the faults a thread causes itself (faulthandler reports those).
 ASYNC_SIGNALS = signal.valid_signals() - {
     signal.SIGSEGV,
@@ -174,9 +176,9 @@ class SamplerBase:
             hook()
 
     def _loop(self) -> None:
-        """One tick at a random point of each interval, as the C clock does (``next_tick`` in
-        native/sampler.c): a loop whose period settles on a multiple of the interval is not seen
-        at the same few points of its period."""
+        """One tick at a random point of the first quarter of each interval, as the C clock does
+        (``next_tick`` and ``TICK_JITTER`` in native/sampler.c): a loop whose period settles on a
+        multiple of the interval is not seen at the same few points of its period."""
         interval = self.interval
         wait = self._stop.wait
         clock = time.perf_counter
@@ -185,7 +187,7 @@ class SamplerBase:
         ident = threading.get_ident()
         slot = clock()  # the start of the current interval
         while True:
-            if wait(max(0.0, slot + interval * jitter() - clock())):
+            if wait(max(0.0, slot + interval * TICK_JITTER * jitter() - clock())):
                 return
             try:
                 sample(exclude=ident)
