@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
@@ -81,7 +82,12 @@ def test_a_new_optimizer_counts_once_the_first_is_gone(sampler_kind):
         first = torch.optim.SGD(model.parameters(), lr=0.1)
         train(model, [first], make_loader(2))
         del first
-        gc.collect()  # an optimizer may sit in a reference cycle
+        # An optimizer may sit in a reference cycle. The Python sampler holds the frames it is
+        # walking (the `train` call's among them, with the list that held `first`): the sleep lets
+        # a walk that the collection interrupted finish, and the second collection frees the cycle.
+        gc.collect()
+        time.sleep(0.01)
+        gc.collect()
         train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(3))
     times = [m.time for m in marks(p.profile, "step")]
     assert len(times) == 5 and times == sorted(times)
