@@ -1274,7 +1274,7 @@ clock_main(void *unused)
      * slow_interval */
     double slot = flameprof_monotonic(), last_slow = slot - clk.slow_interval;
     uint64_t rng = ((uint64_t)(slot * 1e9) ^ (uint64_t)getpid() << 32) | 1;
-    double next = slot + clk.interval * uniform(&rng);
+    double next = slot + clk.interval * TICK_JITTER * uniform(&rng);
     double freeze_budget = clk.interval / 2;
     pthread_mutex_lock(&clk.mu);
     while (!clk.stop) {
