@@ -65,11 +65,11 @@ class Profiler:
             raise RuntimeError("this Profiler is not running")
         first, self._first = self._first, None
         duration = SESSION.now() - self._t_start
-        meta = dict(run_metadata(), duration=duration, window_start=self._t_start, mode=self.mode)
         with SESSION.lock:
-            SESSION.release()
+            SESSION.release()  # first: sampling stops even if what follows fails
             assert SESSION.builder is not None
             last = SESSION.builder.num_samples
+            meta = dict(run_metadata(), duration=duration, window_start=self._t_start, mode=self.mode)
             self.profile = SESSION.snapshot(first, last, meta)
         return self.profile
 

@@ -136,3 +136,28 @@ def test_deep_recursion_is_truncated_with_a_marker():
     markers = [f for f in profile.frames if f.kind == "marker"]
     assert markers and "truncated" in markers[0].name
     assert max(len(profile.stack_frames(s)) for s in set(profile.sample_stack.tolist()) if s >= 0) <= 1024
+
+
+def test_a_profiler_stops_when_sys_argv_is_gone(tmp_path):
+    """Lightning's profiler stops from ``__del__``, which may run late in a program's life, when
+    ``sys.argv`` can be None: the profile is still taken."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "finalizer.py"
+    script.write_text(
+        "import sys\n"
+        "from flameprof.profiler import Profiler\n"
+        "class Holder:\n"
+        "    def __init__(self):\n"
+        "        self.profiler = Profiler(rate=1000).start()\n"
+        "    def __del__(self):\n"
+        "        profile = self.profiler.stop()\n"
+        "        print(profile.num_samples > 0, profile.meta['argv'], flush=True)\n"
+        "holder = Holder()\n"
+        "sum(i * i for i in range(300000))\n"
+        "sys.argv = None\n"
+        "del holder\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "True []\n", "")

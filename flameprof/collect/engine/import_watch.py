@@ -68,5 +68,6 @@ class ImportWatch:
         return spec
 
     def remove(self) -> None:
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
+        meta_path = sys.meta_path  # None while the interpreter shuts down
+        if meta_path is not None and self in meta_path:
+            meta_path.remove(self)

@@ -109,12 +109,17 @@ SESSION = _Session()
 
 
 def run_metadata() -> dict:
-    """What a profile records about the process it was taken in."""
+    """What a profile records about the process it was taken in. Also while the interpreter shuts
+    down (a profiler stopped from a finalizer), when ``sys.argv`` may be gone."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # the working directory was removed
+        cwd = ""
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "cwd": os.getcwd(),
-        "argv": list(sys.argv),
+        "cwd": cwd,
+        "argv": list(getattr(sys, "argv", None) or ()),
         "python": sys.version.split()[0],
         "platform": sys.platform,
     }
