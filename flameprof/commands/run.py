@@ -294,13 +294,12 @@ def run(args: argparse.Namespace) -> int:
 
     atexit.register(finish)
     script.install(target)
+    SESSION.add_boundary_codes(script.boundary_codes())
     profiler.start()
     assert SESSION.sampler is not None
     child.record_this_process(tree.directory)
     os._exit = exit_after_profile
     clock_zero = SESSION.sampler.t0  # perf_counter reading of the profile's time 0
-    for code in script.BOUNDARY_CODES:
-        SESSION.sampler.boundary_codes.add(code)
     try:
         script.exec_target(target)
     except SystemExit:

@@ -40,9 +40,9 @@ class FlameprofMagics(Magics):
         """Profile a cell (``%%flameprof``) or a statement (``%flameprof stmt``) and show the report."""
         args = parse_argstring(self.flameprof, line)
         code = cell if cell is not None else " ".join(args.statement)
+        # the profile starts at the cell, not in IPython's machinery
+        SESSION.add_boundary_codes([InteractiveShell.run_code.__code__])
         profiler = Profiler(rate=args.rate, mode=args.mode).start()
-        if SESSION.sampler is not None:  # the profile starts at the cell, not in IPython's machinery
-            SESSION.sampler.boundary_codes.add(InteractiveShell.run_code.__code__)
         try:
             self.shell.run_cell(code, store_history=False)  # shows output, result and exception as usual
         finally:

@@ -11,6 +11,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterable
+from types import CodeType
 from typing import TYPE_CHECKING
 
 from ...model.builder import ProfileBuilder
@@ -36,6 +38,9 @@ class _Session:
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
         self.window: TraceWindow | None = None
+        # where stacks begin (the frames that run the target), for every sampler the session makes:
+        # set before the first user starts, so no tick sees the target's runner before they apply
+        self.boundary_codes: set[CodeType] = set()
 
     def acquire(
         self, rate: float, backward_layers: bool = False, trace_steps: tuple[int, int] | None = None
@@ -46,6 +51,7 @@ class _Session:
                 self.builder = ProfileBuilder()
                 self.start_time = time.time()
                 self.sampler = make_sampler(self.builder, rate)
+                self.sampler.boundary_codes.update(self.boundary_codes)
                 scopes.activate(self.sampler, self.builder)
                 hooks = torch_hooks.install(self.sampler, backward_layers)
                 self.window = None
@@ -56,6 +62,13 @@ class _Session:
                 self.counters = CounterRecorder(self.sampler.t0)
                 self.sampler.tick_hooks.append(self.counters.tick)
             self.users += 1
+
+    def add_boundary_codes(self, codes: Iterable[CodeType]) -> None:
+        """Stacks begin above these frames, from the next tick on and in every later sampler."""
+        with self.lock:
+            self.boundary_codes.update(codes)
+            if self.sampler is not None:
+                self.sampler.boundary_codes.update(codes)
 
     def release(self) -> None:
         with self.lock:

@@ -2,8 +2,10 @@
 
 A script's code is compiled here and run by ``exec_target``; a module runs through ``runpy``, as
 ``python -m`` does, so its ``__spec__``, ``sys.argv`` and tracebacks are Python's own.
-``exec_target`` and runpy's ``_run_code`` are boundary frames (``BOUNDARY_CODES``): the sampler
-drops them and everything rootward of them, so the profile starts at the target's ``<module>``.
+``exec_target`` and runpy's ``_run_code`` are boundary frames (``boundary_codes``), and so is every
+frame that called flameprof (runpy's for ``python -m flameprof``, a console script's ``<module>``):
+the sampler drops them and everything rootward of them, so the profile starts at the target's
+``<module>``, and a tick while the command starts or unwinds takes no runner frame.
 """
 
 from __future__ import annotations
@@ -108,8 +110,15 @@ def exec_target(target: Target) -> None:
     exec(target.code, target.module.__dict__)
 
 
-# Where the profile's stacks start: these frames and everything rootward of them are dropped.
-BOUNDARY_CODES = (exec_target.__code__, runpy._run_code.__code__)
+def boundary_codes() -> set[types.CodeType]:
+    """Where the profile's stacks start: these frames and everything rootward of them are dropped.
+    The runners of the target, and the code of every frame on the calling stack."""
+    codes = {exec_target.__code__, runpy._run_code.__code__}
+    frame = sys._getframe(1)
+    while frame is not None:
+        codes.add(frame.f_code)
+        frame = frame.f_back
+    return codes
 
 
 def print_target_exception(exc: BaseException, target: Target) -> None:
