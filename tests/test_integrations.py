@@ -200,3 +200,32 @@ def test_hugging_face_callback_profiles_a_window_of_steps(tmp_path):
     [entry] = [e for e in trainer.state.log_history if "flameprof/verdict" in e]
     assert entry["step"] == 30 and entry["flameprof/forward_percent"] > 0
     assert entry["flameprof/profile"].endswith("profile.flameprof")
+
+
+UNFINISHED_STAGE = r"""
+import sys, time
+from flameprof.integrations.lightning import FlameprofProfiler
+
+profiler = FlameprofProfiler(dirpath=sys.argv[1], rate=500)
+profiler.setup("fit")
+end = time.perf_counter() + 0.3
+while time.perf_counter() < end:
+    pass
+print("done")
+"""
+
+
+def test_lightning_profiler_left_running_writes_its_stage_before_the_interpreter_shuts_down(tmp_path):
+    """A stage Lightning never tears down (the run ended some other way) is written at exit, while
+    the interpreter can still build a profile, not from the profiler's finalizer during shutdown."""
+    script = tmp_path / "unfinished.py"
+    script.write_text(UNFINISHED_STAGE)
+    out = tmp_path / "prof"
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert (proc.returncode, proc.stdout) == (0, "done\n"), proc.stderr[-3000:]
+    assert "Error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    profile = storage.load(out / "flameprof-fit" / "profile.flameprof")
+    assert profile.meta["duration"] > 0.25

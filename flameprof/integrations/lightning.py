@@ -12,6 +12,7 @@ when used: ``import flameprof`` does not import Lightning.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
@@ -61,6 +62,8 @@ class FlameprofProfiler(LightningProfiler):
         self._step_action = f".{STEP_HOOKS.get(stage, '')}"
         self._summary = ""
         self._profiler = Profiler(rate=self.rate, mode=self.mode).start()
+        # a stage Lightning never tears down is written while the interpreter can still build it
+        atexit.register(self._finish, gather=False)
 
     def start(self, action_name: str) -> None:
         pass  # sampling covers every action; only the ends of steps are marked
@@ -78,14 +81,20 @@ class FlameprofProfiler(LightningProfiler):
         self._finish()
         super().teardown(stage)
 
-    def _finish(self) -> None:
-        """Stop sampling, write the stage's profile and make its summary (once per stage)."""
+    def __del__(self) -> None:
+        self._finish(gather=False)  # no collective from a finalizer: the other ranks may be gone
+        super().__del__()
+
+    def _finish(self, gather: bool = True) -> None:
+        """Stop sampling, write the stage's profile and make its summary (once per stage); with
+        ``gather``, rank 0 also writes the job merged from every rank."""
         profiler, self._profiler = self._profiler, None
         if profiler is None:
             return
+        atexit.unregister(self._finish)
         profile = profiler.stop()
         base = os.path.join(str(self.dirpath or "."), f"flameprof-{self._stage or 'run'}")
-        group = _process_group()
+        group = _process_group() if gather else None
         if group is None:
             rank = int(os.environ.get("RANK", self._local_rank or 0) or 0)
             self.paths = self._write(profile, base + (f"-rank{rank}" if rank else ""))
