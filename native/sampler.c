@@ -31,6 +31,7 @@
 #define SKIP_FRAME (-1)
 #define BOUNDARY_FRAME (-2)
 #define FLAG_HOOK 1
+#define FLAG_PER_FRAME 2  /* the hook's result depends on the frame (its line): never cached */
 #define NO_CPU (-1.0)
 #define MAX_THREAD_INDEX 32767
 #define ROW_FRESH 0x8000    /* in a row's thread field: the thread's first sample (wall from the tick before) */
@@ -323,8 +324,14 @@ code_entry(Sampler *s, PyCodeObject *code)
         int has = PyDict_Contains(s->hooks, (PyObject *)code);
         if (has < 0)
             PyErr_Clear();
-        else if (has)
+        else if (has) {
             flags |= FLAG_HOOK;
+            PyObject *hook = PyDict_GetItemWithError(s->hooks, (PyObject *)code);  /* borrowed */
+            int per_frame = hook != NULL ? PyObject_HasAttrString(hook, "per_frame") : 0;
+            if (per_frame > 0)
+                flags |= FLAG_PER_FRAME;
+            PyErr_Clear();
+        }
     }
     int64_t value = (flags << 32) | (uint32_t)(int32_t)fid;
     if (PyList_Append(s->held, (PyObject *)code) < 0 || map_put(&s->codes, (uintptr_t)code, 0, 0, value) < 0)
@@ -386,13 +393,14 @@ cached_hook(Sampler *s, PyCodeObject *code, PyObject *self_obj)
     return map_find(&s->hook_cache, (uintptr_t)code, (uintptr_t)self_obj, self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0);
 }
 
-/* The frame a layer hook inserts for ``frame``, cached by (code, self, type(self)). */
+/* The frame a layer hook inserts for ``frame``, cached by (code, self, type(self)) unless the
+ * hook's result depends on more of the frame (``per_frame``). */
 static int32_t
-hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code)
+hook_frame(Sampler *s, PyObject *frame, PyCodeObject *code, int per_frame)
 {
-    PyObject *self_obj = first_argument(frame, NULL, code);
+    PyObject *self_obj = per_frame ? NULL : first_argument(frame, NULL, code);
     uintptr_t self_key = (uintptr_t)self_obj, type_key = self_obj ? (uintptr_t)Py_TYPE(self_obj) : 0;
-    Entry *e = cached_hook(s, code, self_obj);
+    Entry *e = self_obj ? cached_hook(s, code, self_obj) : NULL;
     if (e != NULL)
         return (int32_t)e->value;
     int32_t fid = -1;
@@ -570,7 +578,9 @@ walk_in_place(Sampler *s, PyThreadState *ts)
         PyCodeObject *code = flameprof_frame_code(f);
         Entry *e = map_find(&s->codes, (uintptr_t)code, 0, 0);
         int32_t hook = -1;
-        if (e != NULL && (e->value >> 32) & FLAG_HOOK) {
+        if (e != NULL && (e->value >> 32) & FLAG_PER_FRAME)
+            e = NULL;  /* its hook must see the frame object */
+        else if (e != NULL && (e->value >> 32) & FLAG_HOOK) {
 #if PY_VERSION_HEX >= 0x030B0000
             PyObject *self_obj = first_argument(NULL, f, code);
 #else
@@ -683,7 +693,8 @@ build_ids(Sampler *s, Walk *w, int python)
         if (fid < 0)
             continue;
         if ((entry >> 32) & FLAG_HOOK) {
-            int32_t extra = r->frame != NULL ? hook_frame(s, r->frame, r->code) : r->hook;
+            int per_frame = (entry >> 32) & FLAG_PER_FRAME;
+            int32_t extra = r->frame != NULL ? hook_frame(s, r->frame, r->code, per_frame) : r->hook;
             if (extra >= 0 && push_id(s, extra, NULL) < 0)
                 return -1;
         }

@@ -1,4 +1,4 @@
-"""Run a callback right after the profiled program imports a given top-level package.
+"""Run a callback right after the profiled program imports a given module or package.
 
 The callback runs in the importing thread once the package's ``__init__`` has finished, a point
 where none of the package's code is running, so it can register hooks in the package's tables

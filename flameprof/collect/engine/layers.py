@@ -111,7 +111,7 @@ class LayerNamer:
             return None
 
     def _name_from_stack(self, module: Any, frame: Any) -> tuple[Frame, str]:
-        callers = self._enclosing_modules(frame.f_back)  # innermost first
+        callers = self.enclosing_modules(frame.f_back)  # innermost first
         if not callers:
             root = self._holder_calling(module, frame.f_back)
             if root is None:
@@ -138,7 +138,8 @@ class LayerNamer:
             path = f"{entry[2]}.{class_name(module)}"
         return self._remember(module, path, root=False)
 
-    def _enclosing_modules(self, frame: Any) -> list:
+    def enclosing_modules(self, frame: Any) -> list:
+        """The modules whose calls enclose ``frame``, innermost first."""
         out = []
         code = self.call_code
         while frame is not None:
@@ -215,6 +216,37 @@ class LayerNamer:
             self._frames = {k: v for k, v in self._frames.items() if v[0]() is not None}
         self._frames[id(module)] = (_ref(module), frame, path)
         return frame, path
+
+    # -- names for code that knows a module only by its id (compiled_layers.py) ----------------
+    def frame_of_module(self, module: Any) -> Frame:
+        """The layer frame of ``module``, named as if it had been called."""
+        self.path_of(module)
+        return self._frames[id(module)][1]
+
+    def frame_of_id(self, module_id: int, cls: type) -> Frame | None:
+        """The layer frame of the module ``module_id`` of class ``cls``, if a root already named
+        holds it in its tree; else None."""
+        entry = self._frames.get(module_id)
+        if entry is not None:
+            module = entry[0]()
+            if module is not None and type(module) is cls:
+                return entry[1]
+        for rid, (ref, _, index, _) in list(self._roots.items()):
+            hit = index.get(module_id)
+            module = hit[0]() if hit is not None else None
+            if module is not None and type(module) is cls and ref() is not None:
+                return self._remember(module, hit[1], root=rid == module_id)[0]
+        return None
+
+    def root_frame_of_id(self, module_id: int, cls: type) -> Frame | None:
+        """The layer frame of the root whose tree holds the module ``module_id`` of class ``cls``."""
+        for rid, (ref, name, index, _) in list(self._roots.items()):
+            hit = index.get(module_id)
+            module, root = (hit[0]() if hit is not None else None), ref()
+            if module is not None and type(module) is cls and root is not None:
+                known = self._frames.get(rid)
+                return known[1] if known is not None and known[0]() is root else Frame(name, kind="layer")
+        return None
 
     # -- names for hooks that only see the module (backward) ---------------------------------
     def path_of(self, module: Any) -> str:

@@ -8,6 +8,9 @@ not changed while the program iterates them. The parts:
 
 * layer frames: ``Module._call_impl``'s code is registered as a sampler frame hook
   (see layers.py); no module hook is installed, so the forward path is untouched;
+* layers inside ``torch.compile``d code: each Inductor-generated module is mapped line by line
+  to its source modules when it loads (compiled_layers.py), so a sample in generated code
+  carries the layer that line computes;
 * ``step`` marks when an optimizer's ``step()`` returns (torch's global optimizer post hook; only
   the first live optimizer counts, and none once the program calls ``flameprof.step()``); with
   the C sampler the hook is ``_native.StepRecorder`` (native/steps.c), whose buffer is drained
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...model.records import Mark
-from . import scopes
+from . import compiled_layers, scopes
 from .import_watch import ImportWatch
 from .interning import thread_identity
 from .layers import NAMER
@@ -51,29 +54,36 @@ def _ready(name: str) -> Any:
     return module
 
 
+# Each part of the instrumentation, and the torch module it needs.
+_PARTS = (
+    ("layers", "torch.nn.modules.module"),
+    ("optimizer", "torch.optim.optimizer"),
+    ("dataloader", "torch.utils.data.dataloader"),
+    ("backward", "torch.nn.modules.module"),
+    ("window", "torch.optim.optimizer"),
+    ("compiled", "torch._inductor.codecache"),
+)
+
+
 class TorchHooks:
     """The torch instrumentation of one profiling session."""
 
     def __init__(self, sampler: Any, backward_layers: bool = False) -> None:
         self.sampler = sampler
         self._undo: list[Callable[[], None]] = []
-        self._pending = ["layers", "optimizer", "dataloader"] + (["backward"] if backward_layers else [])
+        self._pending = ["layers", "compiled", "optimizer", "dataloader"]
+        self._pending += ["backward"] if backward_layers else []
         self.window: Any = None  # a TraceWindow, installed once torch.optim is there
         self._steps = scopes.FirstOptimizer()
         self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
         self._backward = threading.local()
 
-    def install_available(self) -> None:
-        """Install each part whose torch module has finished importing."""
-        for part, module_name in (
-            ("layers", "torch.nn.modules.module"),
-            ("optimizer", "torch.optim.optimizer"),
-            ("dataloader", "torch.utils.data.dataloader"),
-            ("backward", "torch.nn.modules.module"),
-            ("window", "torch.optim.optimizer"),
-        ):
+    def install_available(self, just_imported: str = "") -> None:
+        """Install each part whose torch module has finished importing (``just_imported``: the
+        module whose import watch calls this, executed though not yet marked as imported)."""
+        for part, module_name in _PARTS:
             if part in self._pending:
-                module = _ready(module_name)
+                module = sys.modules.get(module_name) if module_name == just_imported else _ready(module_name)
                 if module is not None:
                     self._pending.remove(part)
                     try:
@@ -110,6 +120,9 @@ class TorchHooks:
                 del hooks[code]
 
         self._undo.append(undo)
+
+    def _install_compiled(self, module: Any) -> None:
+        self._undo.append(compiled_layers.install(module, self.sampler.frame_hooks))
 
     # -- steps ----------------------------------------------------------------------------
     def _install_optimizer(self, module: Any) -> None:
@@ -248,28 +261,32 @@ def _at_backward_end(stack: list) -> None:
 _ACTIVE: TorchHooks | None = None
 
 
-_WATCH: ImportWatch | None = None
+_WATCHES: list[ImportWatch] = []
+
+# Modules whose import installs more parts: torch itself, and Inductor's code cache, which
+# torch.compile imports when it first compiles.
+_WATCHED = ("torch", "torch._inductor.codecache")
 
 
 def install(sampler: Any, backward_layers: bool = False) -> TorchHooks:
-    """Instrument torch for a session (call from the program's thread): now if torch is imported,
-    else when the program imports it."""
-    global _ACTIVE, _WATCH
+    """Instrument torch for a session (call from the program's thread): each part now if its
+    torch module is imported, else when the program imports it."""
+    global _ACTIVE
     uninstall()
     hooks = _ACTIVE = TorchHooks(sampler, backward_layers)
     if "torch" in sys.modules:
         hooks.install_available()
-    else:
-        _WATCH = ImportWatch("torch", hooks.install_available)
+    for name in _WATCHED:
+        if name not in sys.modules:
+            _WATCHES.append(ImportWatch(name, functools.partial(hooks.install_available, name)))
     return hooks
 
 
 def uninstall() -> None:
     """Remove every torch hook and patch of the current session."""
-    global _ACTIVE, _WATCH
+    global _ACTIVE
     hooks, _ACTIVE = _ACTIVE, None
-    watch, _WATCH = _WATCH, None
-    if watch is not None:
-        watch.remove()
+    while _WATCHES:
+        _WATCHES.pop().remove()
     if hooks is not None:
         hooks.uninstall()
