@@ -184,10 +184,12 @@ def compare(
         worker.join()
     else:
         measured()
+    # stopped before the background threads are joined: the measured loop is over, and the main
+    # thread's wait in join (up to a background loop's 50 ms) would count as neither burst nor block
+    profile = profiler.stop()
     stop.set()
     for thread in background:
         thread.join()
-    profile = profiler.stop()
     name = "blocking-loop" if in_thread else threading.main_thread().name
     return shares(result["spent"][mode]), sampled_shares(profile, name, mode)
 
