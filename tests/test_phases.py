@@ -89,6 +89,28 @@ def test_priority_data_beats_forward_and_backward_beats_forward():
     assert classify(transform, recompute, sync_in_forward) == ["data.fetch", "backward", "sync"]
 
 
+C10D = TORCH + "distributed/distributed_c10d.py"
+LOGGER = Frame("_exception_logger.<locals>.wrapper", TORCH + "distributed/c10d_logger.py", 81)
+
+
+def test_collectives_are_comm_wherever_they_are_called_and_beat_backward_and_sync():
+    all_reduce = Frame("all_reduce", C10D, 2870)
+    barrier = Frame("barrier", C10D, 4700)
+    hook = Frame("allreduce_hook", "/work/train.py", 40)  # a gradient hook: called by autograd
+    wait = Frame("wait_tensor", TORCH + "distributed/_functional_collectives.py", 140)
+    got = classify(
+        [MODULE, LOGGER, all_reduce],
+        [MODULE, LOGGER, barrier],
+        [MODULE, TENSOR_BACKWARD, ENGINE, hook, LOGGER, all_reduce],
+        [MODULE, SGD, LOGGER, Frame("broadcast", C10D, 2700)],
+        [MODULE, CALL, LAYER, wait],
+        [MODULE, SYNC, LOGGER, barrier],
+        [MODULE, Frame("get_rank", C10D, 2300)],  # not a collective
+        [MODULE, TENSOR_BACKWARD, ENGINE, Frame("get_world_size", C10D, 2320)],
+    )
+    assert got == ["comm", "comm", "comm", "comm", "comm", "comm", "other", "backward"]
+
+
 def test_an_optimizers_closure_keeps_the_phases_it_would_have_without_the_optimizer():
     """Lightning's automatic optimisation and LBFGS run forward and backward inside ``step(closure)``."""
     lightning = "/venv/lib/python3.11/site-packages/lightning/pytorch/"

@@ -45,6 +45,7 @@ STACKS = {
     ],
     "backward": [MODULE, Frame("Tensor.backward", TORCH + "_tensor.py", 566)],
     "sync": [MODULE, Frame("synchronize", TORCH + "cuda/__init__.py", 1080)],
+    "comm": [MODULE, Frame("all_reduce", TORCH + "distributed/distributed_c10d.py", 2870)],
     "plain": [MODULE, Frame("work", "/work/app.py", 5)],
     "seed": [MODULE, Frame("manual_seed_all", TORCH + "cuda/random.py", 90)],
 }
@@ -122,6 +123,11 @@ def test_advice_names_the_fix_for_what_the_profile_shows():
     )
     syncing = report_data(stepped({"forward": 90, "sync": 10}))["verdict"]["advice"]
     assert any(".item()" in a for a in syncing)
+    waiting_for_ranks = report_data(stepped({"forward": 89, "comm": 11}))["verdict"]["advice"]
+    assert any("Collectives take 11.0%" in a for a in waiting_for_ranks)
+    assert not any(
+        "Collectives" in a for a in report_data(stepped({"forward": 91, "comm": 9}))["verdict"]["advice"]
+    )
     inference = report_data(stepped({"forward": 90, "dropout": 10}))["verdict"]["advice"]
     assert any("model.eval()" in a for a in inference)
     training = report_data(stepped({"forward": 80, "dropout": 10, "backward": 10}))["verdict"]["advice"]
@@ -143,7 +149,7 @@ def test_json_keys_are_stable():
         render_report(report_data(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json")
     )
     assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples"} <= set(data)
-    assert list(data["phases"]) == ["data", "forward", "backward", "optimizer", "sync", "other"]
+    assert list(data["phases"]) == ["data", "forward", "backward", "optimizer", "sync", "comm", "other"]
     assert set(data["phases"]["data"]) == {"seconds", "percent", "wait", "fetch"}
     assert data["phases"]["data"]["wait"]["percent"] == pytest.approx(10.0)
     assert data["phases"]["forward"] == {"seconds": 24.0, "percent": 60.0}

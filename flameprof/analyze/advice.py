@@ -21,6 +21,7 @@ from .steps import data_share
 HIGHLY = 0.20
 MODERATELY = 0.05
 SYNC_ADVICE = 0.02  # host syncs worth a note, share of the basis
+COMM_ADVICE = 0.10  # collective waits worth a note
 DISPATCH_ADVICE = 0.10  # nn.Module call machinery, share of forward
 NORM_ADVICE = 0.02  # BatchNorm / Dropout in inference, share of forward
 WORKER_START_ADVICE = 0.01
@@ -87,6 +88,13 @@ def advise(analysis: Analysis, share: float, pct: dict[str, float]) -> list[str]
             f"Host synchronisation takes {pct['sync']:.1f}% of the loop: avoid per-step .item(), .cpu(), "
             "printing tensors and torch.cuda.synchronize(); accumulate metrics on the device and read "
             "them every N steps. (.item()/.to() without native stacks show up in the calling line.)"
+        )
+    if pct["comm"] >= 100 * COMM_ADVICE:
+        out.append(
+            f"Collectives take {pct['comm']:.1f}% of the loop: time this rank waits in all_reduce, "
+            "broadcast, barrier or gathers, mostly for slower ranks. Compare the ranks' phases "
+            "(flameprof report on the merged job profile names the slowest) and balance their work; "
+            "fewer, larger collectives (bucketing, gradient accumulation) cut the rest."
         )
     out += _forward_advice(analysis)
     return out

@@ -7,7 +7,7 @@ decided by its frames:
 
 * a user rule (``--phase NAME=PATTERN``, or a user scope declared in
   ``profile.meta["scope_phases"]``) beats every built-in rule; among user rules the innermost wins;
-* otherwise the built-in rule of highest priority wins, in the order import > data > backward >
+* otherwise the built-in rule of highest priority wins, in the order import > data > comm > backward >
   optimizer > sync > forward (so a transform module called by a Dataset is data, and a forward
   recomputed during backward is backward); between ``data.wait`` and ``data.fetch`` the innermost
   wins. Time in the import system is ``other`` wherever the import is triggered (the first
@@ -36,8 +36,8 @@ from ..model.frames import category
 from ..model.profile import Frame, Profile
 
 # Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
-LEAF_PHASES = ("data.wait", "data.fetch", "forward", "backward", "optimizer", "sync", "other")
-PHASES = ("data", "forward", "backward", "optimizer", "sync", "other")
+LEAF_PHASES = ("data.wait", "data.fetch", "forward", "backward", "optimizer", "sync", "comm", "other")
+PHASES = ("data", "forward", "backward", "optimizer", "sync", "comm", "other")
 OTHER = LEAF_PHASES.index("other")
 DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
 # Names a rule may use: the leaf phases, and ``data`` meaning ``data.fetch`` (work in this process).
@@ -49,16 +49,36 @@ _PRIORITY = {
     "other": -1,
     "data.wait": 0,
     "data.fetch": 0,
-    "backward": 1,
-    "optimizer": 2,
-    "sync": 3,
-    "forward": 4,
+    "comm": 1,
+    "backward": 2,
+    "optimizer": 3,
+    "sync": 4,
+    "forward": 5,
 }
 OPTIMIZER = LEAF_PHASES.index("optimizer")
 
 # Where the import system loads a module (the frozen bootstrap; the source copy where it is not frozen).
 IMPORT_PATTERNS = ("<frozen importlib._bootstrap>:_find_and_load", "importlib/_bootstrap.py:_find_and_load")
 _DL = "torch/utils/data/dataloader.py"
+_C10D = "torch/distributed/distributed_c10d.py"
+# torch.distributed's collectives and point-to-point calls, and the waits on their handles
+_C10D_COLLECTIVES = (
+    "all_reduce*",
+    "all_gather*",
+    "reduce_scatter*",
+    "all_to_all*",
+    "broadcast*",
+    "reduce",
+    "gather*",
+    "scatter*",
+    "*barrier",
+    "send*",
+    "recv*",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+    "_coalescing_manager",
+)
 BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     # The import system: imports are startup, wherever they are triggered.
     *(("other", pattern) for pattern in IMPORT_PATTERNS),
@@ -92,10 +112,14 @@ BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     ("sync", "torch/_tensor.py:Tensor.__array__"),
     ("sync", "torch/_tensor.py:Tensor.__format__"),
     ("sync", "torch/_tensor.py:Tensor.__repr__"),
-    ("sync", "torch/distributed/distributed_c10d.py:*barrier"),
     ("sync", "*_local_scalar_dense*"),
     ("sync", "cuda*Synchronize"),
     ("sync", "cudaMemcpy"),
+    # Collective communication between ranks: the time a rank spends in (mostly waiting for) the
+    # others. DDP's gradient all_reduce runs in C++ during backward and has no frame of its own.
+    *(("comm", f"{_C10D}:{name}") for name in _C10D_COLLECTIVES),
+    ("comm", "torch/distributed/_functional_collectives.py:*"),
+    ("comm", "torch/distributed/fsdp/*collectives.py:*"),
     # Forward: any nn.Module call.
     ("forward", "torch/nn/modules/module.py:Module._call_impl"),
     ("forward", "torch/nn/modules/module.py:Module._wrapped_call_impl"),

@@ -21,11 +21,11 @@ from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
 from .steps import find_steps, loop_thread
 
 _WAIT = LEAF_PHASES.index("data.wait")
+_COMM = LEAF_PHASES.index("comm")
 _FETCHER = "torch/utils/data/_utils/fetch.py"  # where a worker runs the dataset and collate
 _RANK = re.compile(r"^rank \d+$")
 _WORKER = re.compile(r"^(?:(rank \d+): )?dataloader worker (\d+)")
 _HOST = re.compile(r" on \S+$")
-_COLLECTIVES = "torch/distributed/distributed_c10d.py"  # all_reduce, barrier, broadcast, gathers, wait
 _COMPUTE = [LEAF_PHASES.index(p) for p in ("forward", "backward", "optimizer", "sync")]
 
 
@@ -49,8 +49,8 @@ class LoopProcess:
     phase_per_step: dict[str, float] = field(default_factory=dict)  # steady-state seconds per step
     cpu_per_step: float = 0.0
     # steady-state seconds per step the loop thread waited for the other ranks: in a collective it
-    # calls from Python, or off-CPU inside forward, backward, optimizer or sync (DDP's all_reduce
-    # waits in C++ at the end of backward, where the Python stack shows only backward)
+    # calls from Python (phase ``comm``), or off-CPU inside forward, backward, optimizer or sync
+    # (DDP's all_reduce waits in C++ at the end of backward, where the Python stack shows only backward)
     wait_per_step: float = 0.0
     data_wait: float = 0.0  # loop thread, whole run
     workers: list[WorkerActivity] = field(default_factory=list)
@@ -158,9 +158,8 @@ def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: 
         first, last = table.bounds[int(np.argmax(steady))], table.bounds[-1]
         in_steady = on_loop & (sub.sample_time >= first) & (sub.sample_time <= last)
         loop.cpu_per_step = float(sub.sample_cpu[in_steady].sum()) / loop.steps
-        in_collective = stack_has(sub, lambda f: f.file.replace("\\", "/").endswith(_COLLECTIVES))
-        collective = np.append(in_collective, False)[sub.sample_stack] & in_steady
-        compute = in_steady & ~collective & np.isin(sub_phases, _COMPUTE)
+        collective = in_steady & (sub_phases == _COMM)
+        compute = in_steady & np.isin(sub_phases, _COMPUTE)
         off_cpu = np.maximum(sub.sample_wall[compute] - sub.sample_cpu[compute], 0.0).sum()
         loop.wait_per_step = float(sub.sample_wall[collective].sum() + off_cpu) / loop.steps
     waiting = on_loop & (sub_phases == _WAIT)
@@ -262,7 +261,7 @@ def process_lines(result: ProcessAnalysis) -> list[str]:
             gap = slow.phase_per_step[result.slow_phase] - fast.phase_per_step.get(result.slow_phase, 0.0)
             where = f"; its {result.slow_phase} is {1e3 * gap:.1f} ms slower per step than {fast.role}'s"
         waiting = ", ".join(
-            f"{loop.role} {1e3 * loop.wait_per_step:.1f} ms"
+            f"{loop.role} {1e3 * loop.wait_per_step:.1f} ms{_in_collectives(loop)}"
             for loop in result.loops
             if loop is not slow and loop.steps and _RANK.match(_HOST.sub("", loop.role))
         )
@@ -272,6 +271,13 @@ def process_lines(result: ProcessAnalysis) -> list[str]:
             f"(per step: {waiting})"
         )
     return lines
+
+
+def _in_collectives(loop: LoopProcess) -> str:
+    """How much of a rank's wait is in collectives it calls from Python (the rest is off-CPU inside
+    other phases, as DDP's all_reduce in backward)."""
+    comm = loop.phase_per_step.get("comm", 0.0)
+    return f" ({1e3 * comm:.1f} in collectives)" if comm >= 5e-5 else ""
 
 
 def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict | None:

@@ -25,7 +25,7 @@ from .phases import DATA_IDS, LEAF_PHASES
 STEP_MARKS = ("step", "batch")
 WARMUP_FACTOR = 1.5
 _STAGE = {"data.wait": 0, "data.fetch": 0, "forward": 1, "backward": 2, "optimizer": 3}
-# Leaf-phase id -> position in the data/forward/backward/optimizer cycle, -1 for sync and other.
+# Leaf-phase id -> position in the data/forward/backward/optimizer cycle, -1 for sync, comm and other.
 _STAGE_OF_PHASE = np.array([_STAGE.get(p, -1) for p in LEAF_PHASES], dtype=np.int8)
 
 

@@ -29,6 +29,7 @@ PHASE_COLORS = {
     "backward": "#7e57c2",
     "optimizer": "#4caf50",
     "sync": "#ff7043",
+    "comm": "#26a69a",
     "other": "#b0b0a8",
 }
 MAX_STEPS = 300  # bars in the per-step chart

@@ -15,6 +15,7 @@ PHASE_SHORT = {
     "backward": "bwd",
     "optimizer": "opt",
     "sync": "sync",
+    "comm": "comm",
     "other": "other",
 }
 
