@@ -21,6 +21,7 @@ COMMANDS = (
     "dump",
     "top",
     "merge",
+    "snapshot",
     "import_",
     "collapse",
     "demo",

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .collect.engine.memory_budget import DEFAULT_BUDGET
 from .collect.engine.session import SESSION, run_metadata
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class Profiler:
         mode: str = "wall",
         backward_layers: bool = False,
         trace_steps: tuple[int, int] | None = None,
+        max_memory: int = DEFAULT_BUDGET,
         **render_options: Any,
     ) -> None:
         if not 0 < rate <= 10_000:
@@ -37,6 +39,9 @@ class Profiler:
         if trace_steps is not None and not 0 <= trace_steps[0] < trace_steps[1]:
             raise ValueError("trace_steps must be (first, last) with 0 <= first < last")
         self.trace_steps = trace_steps  # steps first..last-1 also traced by torch.profiler
+        if max_memory < 2**20:
+            raise ValueError("max_memory must be at least 1 MiB")
+        self.max_memory = max_memory  # bytes the profile may hold; older samples fold past it
         self.output = output
         self.rate = rate
         self.mode = mode
@@ -45,6 +50,7 @@ class Profiler:
         self.profile: Profile | None = None
         self._first: int | None = None
         self._t_start = 0.0
+        self._epoch = 0  # of the session's folded samples (see ProfileBuilder.build)
 
     @property
     def running(self) -> bool:
@@ -53,9 +59,11 @@ class Profiler:
     def start(self) -> Profiler:
         if self.running:
             raise RuntimeError("this Profiler is already running")
-        SESSION.acquire(self.rate, self.backward_layers, self.trace_steps)
+        SESSION.acquire(self.rate, self.backward_layers, self.trace_steps, self.max_memory)
         assert SESSION.builder is not None
-        self._first = SESSION.builder.num_samples
+        with SESSION.builder.lock:
+            self._first = SESSION.builder.num_samples
+            self._epoch = SESSION.builder.folded.cut(self._first) if self._first else 0
         self._t_start = SESSION.now()
         return self
 
@@ -70,7 +78,7 @@ class Profiler:
             assert SESSION.builder is not None
             last = SESSION.builder.num_samples
             meta = dict(run_metadata(), duration=duration, window_start=self._t_start, mode=self.mode)
-            self.profile = SESSION.snapshot(first, last, meta)
+            self.profile = SESSION.snapshot(first, last, meta, self._epoch)
         return self.profile
 
     def save(self, output: str | os.PathLike | None = None) -> list[str]:

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -1522,24 +1523,46 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* Rows of the completed ticks from ``first_tick`` on, as bytes: (tick times f64, rows per tick u32,
- * thread u16, stack i32, wall f64, cpu f32), wall times worked out here (see append_row). */
-static PyObject *
-Sampler_columns(Sampler *s, PyObject *args)
+/* Settle every thread's pending CPU time, so each completed row holds its own. */
+static void
+settle_all(Sampler *s)
 {
-    Py_ssize_t first = 0;
-    if (!PyArg_ParseTuple(args, "|n", &first))
-        return NULL;
     double now = flameprof_monotonic();
     for (Py_ssize_t i = 0; i < s->nthreads; i++)
         if (s->threads[i].unread)
             settle_cpu(s, &s->threads[i], now);
-    if (first < 0 || first > s->nticks)
-        first = first < 0 ? 0 : s->nticks;
-    Py_ssize_t row0 = 0;
-    for (Py_ssize_t k = 0; k < first; k++)
+}
+
+/* Clamp the tick range [*first, *first + *limit) (a negative limit: to the end) to the completed
+ * ticks; returns the index of its first row and sets *nrows to its number of rows. */
+static Py_ssize_t
+tick_range(Sampler *s, Py_ssize_t *first, Py_ssize_t *limit, Py_ssize_t *nrows)
+{
+    if (*first < 0 || *first > s->nticks)
+        *first = *first < 0 ? 0 : s->nticks;
+    if (*limit < 0 || *limit > s->nticks - *first)
+        *limit = s->nticks - *first;
+    Py_ssize_t row0 = 0, n = 0;
+    for (Py_ssize_t k = 0; k < *first; k++)
         row0 += s->tick_rows[k];
-    Py_ssize_t nrows = s->done_rows - row0;
+    for (Py_ssize_t k = *first; k < *first + *limit; k++)
+        n += s->tick_rows[k];
+    *nrows = n;
+    return row0;
+}
+
+/* Rows of ``limit`` completed ticks from ``first_tick`` on (all of them when limit < 0), as bytes:
+ * (tick times f64, rows per tick u32, thread u16, stack i32, wall f64, cpu f32), wall times worked
+ * out here (see append_row). */
+static PyObject *
+Sampler_columns(Sampler *s, PyObject *args)
+{
+    Py_ssize_t first = 0, limit = -1;
+    if (!PyArg_ParseTuple(args, "|nn", &first, &limit))
+        return NULL;
+    settle_all(s);
+    Py_ssize_t nrows;
+    Py_ssize_t row0 = tick_range(s, &first, &limit, &nrows);
     PyObject *thread = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)sizeof(uint16_t));
     PyObject *wall = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)sizeof(double));
     if (thread == NULL || wall == NULL) {
@@ -1550,7 +1573,7 @@ Sampler_columns(Sampler *s, PyObject *args)
     uint16_t *out_thread = (uint16_t *)PyBytes_AS_STRING(thread);
     double *out_wall = (double *)PyBytes_AS_STRING(wall);
     Py_ssize_t r = row0;
-    for (Py_ssize_t k = first; k < s->nticks; k++) {
+    for (Py_ssize_t k = first; k < first + limit; k++) {
         double now = s->tick_time[k], previous = k > 0 ? s->tick_time[k - 1] : s->tick_prev[k];
         for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++) {
             uint16_t raw = s->row_thread[r];
@@ -1558,7 +1581,7 @@ Sampler_columns(Sampler *s, PyObject *args)
             out_wall[r - row0] = now - ((raw & ROW_FRESH) ? s->tick_prev[k] : previous);
         }
     }
-    Py_ssize_t nticks = s->nticks - first;
+    Py_ssize_t nticks = limit;
     if (nticks == 0)  /* nothing recorded yet: empty bytes, not None for the NULL buffers */
         return Py_BuildValue("(y#y#Ny#Ny#)", "", 0, "", 0, thread, "", 0, wall, "", 0);
     return Py_BuildValue("(y#y#Ny#Ny#)",
@@ -1570,8 +1593,97 @@ Sampler_columns(Sampler *s, PyObject *args)
                          (const char *)(s->row_cpu + row0), nrows * (Py_ssize_t)sizeof(float));
 }
 
+/* One column of a part file (collect/jobs/parts.py) for ``limit`` completed ticks from ``first_tick``
+ * on, as the bytes of its .npy data: 0 time (int64 microseconds since ``t0``), 1 thread (int32),
+ * 2 stack (int32), 3 wall, 4 cpu (int64 microseconds). Converted here: a part is rewritten every
+ * second from all the rows the sampler holds. */
+static PyObject *
+Sampler_part_column(Sampler *s, PyObject *args)
+{
+    int which;
+    Py_ssize_t first, limit;
+    double t0;
+    if (!PyArg_ParseTuple(args, "innd", &which, &first, &limit, &t0))
+        return NULL;
+    if (which < 0 || which > 4) {
+        PyErr_SetString(PyExc_ValueError, "column must be 0 to 4");
+        return NULL;
+    }
+    if (which == 4)
+        settle_all(s);
+    Py_ssize_t nrows;
+    Py_ssize_t row0 = tick_range(s, &first, &limit, &nrows);
+    size_t width = (which == 1 || which == 2) ? sizeof(int32_t) : sizeof(int64_t);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)width);
+    if (out == NULL)
+        return NULL;
+    int64_t *wide = (int64_t *)PyBytes_AS_STRING(out);
+    int32_t *narrow = (int32_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t r = row0, o = 0;
+    for (Py_ssize_t k = first; k < first + limit; k++) {
+        double now = s->tick_time[k], previous = k > 0 ? s->tick_time[k - 1] : s->tick_prev[k];
+        int64_t time_us = (int64_t)nearbyint((now - t0) * 1e6);
+        for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++, o++) {
+            uint16_t raw = s->row_thread[r];
+            switch (which) {
+            case 0: wide[o] = time_us; break;
+            case 1: narrow[o] = raw & (uint16_t)~ROW_FRESH; break;
+            case 2: narrow[o] = s->row_stack[r]; break;
+            case 3: wide[o] = (int64_t)nearbyint((now - ((raw & ROW_FRESH) ? s->tick_prev[k] : previous)) * 1e6); break;
+            default: wide[o] = (int64_t)nearbyint((double)s->row_cpu[r] * 1e6); break;
+            }
+        }
+    }
+    return out;
+}
+
+/* The number of rows of ``limit`` completed ticks from ``first_tick`` on. */
+static PyObject *
+Sampler_rows_in(Sampler *s, PyObject *args)
+{
+    Py_ssize_t first, limit, nrows;
+    if (!PyArg_ParseTuple(args, "nn", &first, &limit))
+        return NULL;
+    tick_range(s, &first, &limit, &nrows);
+    return PyLong_FromSsize_t(nrows);
+}
+
+/* Drop the first ``n`` completed ticks and their rows (they were folded into aggregates, or belong to
+ * the parent of a forked child); returns the number of rows dropped. */
+static PyObject *
+Sampler_discard(Sampler *s, PyObject *args)
+{
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "n", &n))
+        return NULL;
+    if (s->sampling) {
+        PyErr_SetString(PyExc_RuntimeError, "discard during a sample");
+        return NULL;
+    }
+    settle_all(s);  /* no thread keeps an index of a row that moves */
+    Py_ssize_t limit = n, nrows, first = 0;
+    tick_range(s, &first, &limit, &nrows);
+    if (limit == 0)
+        return PyLong_FromLong(0);
+    Py_ssize_t keep_ticks = s->nticks - limit, keep_rows = s->nrows - nrows;
+    memmove(s->tick_time, s->tick_time + limit, (size_t)keep_ticks * sizeof(double));
+    memmove(s->tick_prev, s->tick_prev + limit, (size_t)keep_ticks * sizeof(double));
+    memmove(s->tick_rows, s->tick_rows + limit, (size_t)keep_ticks * sizeof(uint32_t));
+    memmove(s->row_thread, s->row_thread + nrows, (size_t)keep_rows * sizeof(uint16_t));
+    memmove(s->row_stack, s->row_stack + nrows, (size_t)keep_rows * sizeof(int32_t));
+    memmove(s->row_cpu, s->row_cpu + nrows, (size_t)keep_rows * sizeof(float));
+    /* the first kept tick's previous tick is gone: readers take that time from tick_prev, which
+     * end_tick set to it */
+    s->nticks = keep_ticks;
+    s->nrows = keep_rows;
+    s->done_rows -= nrows;
+    return PyLong_FromSsize_t(nrows);
+}
+
 static PyObject *
 Sampler_get_rows(Sampler *s, void *unused) { return PyLong_FromSsize_t(s->done_rows); }
+static PyObject *
+Sampler_get_completed_ticks(Sampler *s, void *unused) { return PyLong_FromSsize_t(s->nticks); }
 static PyObject *
 Sampler_get_ticks(Sampler *s, void *unused) { return PyLong_FromUnsignedLongLong(s->tick_count); }
 static PyObject *
@@ -1652,7 +1764,13 @@ static PyMethodDef Sampler_methods[] = {
     {"invalidate", (PyCFunction)Sampler_invalidate, METH_NOARGS, "forget cached code and hook results before the next sample"},
     {"reset_threads", (PyCFunction)Sampler_reset_threads, METH_NOARGS, "forget all threads (after fork)"},
     {"columns", (PyCFunction)Sampler_columns, METH_VARARGS,
-     "columns(first_tick=0): the rows of completed ticks from first_tick on, as bytes columns"},
+     "columns(first_tick=0, limit=-1): the rows of limit completed ticks from first_tick on, as bytes columns"},
+    {"part_column", (PyCFunction)Sampler_part_column, METH_VARARGS,
+     "part_column(which, first_tick, limit, t0): one column of a part file, as .npy data"},
+    {"rows_in", (PyCFunction)Sampler_rows_in, METH_VARARGS,
+     "rows_in(first_tick, limit): the rows of limit completed ticks from first_tick on"},
+    {"discard", (PyCFunction)Sampler_discard, METH_VARARGS,
+     "discard(ticks): drop the first completed ticks and their rows; the rows dropped"},
     {"start_clock", (PyCFunction)Sampler_start_clock, METH_VARARGS,
      "start_clock(interval, on_slow, slow_interval): sample every interval from a C thread"},
     {NULL, NULL, 0, NULL},
@@ -1661,6 +1779,7 @@ static PyMethodDef Sampler_methods[] = {
 static PyGetSetDef Sampler_getset[] = {
     {"rows", (getter)Sampler_get_rows, NULL, "rows recorded", NULL},
     {"ticks", (getter)Sampler_get_ticks, NULL, "samples taken", NULL},
+    {"completed_ticks", (getter)Sampler_get_completed_ticks, NULL, "completed ticks held", NULL},
     {"busy", (getter)Sampler_get_busy, NULL, "seconds spent sampling", NULL},
     {"dropped", (getter)Sampler_get_dropped, NULL, "rows lost to a thread index beyond 65535", NULL},
     {"memory", (getter)Sampler_get_memory, NULL, "bytes of C buffers and tables", NULL},

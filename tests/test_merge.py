@@ -124,7 +124,9 @@ def test_merge_command_keeps_both_hosts(tmp_path, write_script):
 def test_part_writer_writes_new_samples_atomically_readable_by_storage(tmp_path):
     b = ProfileBuilder()
     t = b.thread_id(5, 5, "MainThread")
-    b.add_stack_sample(PHASE_STACKS["encoder"], 0.01, t, time=0.01)  # before the writer: not this process's
+    b.add_stack_sample(PHASE_STACKS["encoder"], 0.01, t, time=0.01)
+    b.marks.append(Mark(0.01, t, "step"))
+    b.forget_samples()  # as a forked child does: its parent's samples and marks are not its own
     writer = PartWriter(str(tmp_path), b, "host", 5)
     b.add_stack_sample(PHASE_STACKS["head"], 0.02, t, time=0.03, cpu=0.005)
     b.marks.append(Mark(0.03, t, "step"))
@@ -159,7 +161,6 @@ def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path)
         pass
     sampler.stop()
     writer = PartWriter(str(tmp_path), b, "h", 1)
-    writer._store_done = [(0, 0)]  # take the samples from the start
     writer.write(ProcessInfo(1), {"pid": 1}, {})
     part, built = storage.load(writer.path), b.build()
     assert part.num_samples == built.num_samples > 10
@@ -167,6 +168,39 @@ def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path)
     assert np.allclose(part.sample_wall, built.sample_wall, atol=1e-6)
     assert part.sample_stack.tolist() == built.sample_stack.tolist()
     assert part.sample_thread.tolist() == built.sample_thread.tolist()
+
+
+def test_a_part_of_folded_samples_is_the_profile_the_builder_builds(tmp_path):
+    """Past its memory budget a process's part holds the folded rows and the raw ones, as a profile
+    built in the process would, read from the C buffers in chunks."""
+    native = pytest.importorskip("flameprof.collect.engine.c_sampler")
+    from flameprof.collect.engine.memory_budget import MemoryBudget
+    from flameprof.collect.jobs import parts
+
+    b = ProfileBuilder()
+    sampler = native.CSampler(b, 2000)
+    sampler.start()
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        pass
+    sampler.stop()
+    MemoryBudget(b, 2**20).fold(len(sampler) * 12)  # about half the rows
+    b.marks.append(Mark(0.01, 0, "step"))
+    assert b.folded.samples and len(sampler)
+    chunk, parts.CHUNK_TICKS = parts.CHUNK_TICKS, 7  # many chunks
+    try:
+        writer = PartWriter(str(tmp_path), b, "h", 1)
+        writer.write(ProcessInfo(1), {"pid": 1}, {})
+    finally:
+        parts.CHUNK_TICKS = chunk
+    part, built = storage.load(writer.path), b.build()
+    assert part.meta["folded"]["samples"] == b.folded.samples
+    assert part.num_samples == built.num_samples < b.num_samples
+    assert np.allclose(part.sample_time, built.sample_time, atol=1e-6)
+    assert np.allclose(part.sample_wall, built.sample_wall, atol=1e-6)
+    assert np.allclose(part.sample_cpu, built.sample_cpu, atol=2e-6)
+    assert part.sample_stack.tolist() == built.sample_stack.tolist()
+    assert [m.name for m in part.marks] == [m.name for m in built.marks]
 
 
 def test_collect_warns_once_per_bad_part_and_keeps_the_rest(tmp_path, capsys):

@@ -686,20 +686,48 @@ def test_profiler_meta_reports_native_sampler_and_achieved_rate():
     assert proc.stdout.split() == ["native", "10000.0", "True", "True", "True", "True"]
 
 
-def test_raw_columns_from_a_tick_are_the_tail_of_all_rows():
+def test_taking_the_oldest_ticks_leaves_the_rest_as_they_were():
+    """The memory budget takes ticks off the front of the C buffers: what is taken and what is left
+    together are the rows there were, and sample indexes keep counting from the first."""
+    import numpy as np
+
+    builder = ProfileBuilder()
     with Parked(name="raw"):
-        sampler = CSampler(ProfileBuilder())
+        sampler = CSampler(builder)
         for _ in range(6):
             sampler.sample()
-    everything = [memoryview(b).cast(c) for b, c in zip(sampler.raw_columns(), sampler.RAW_TYPECODES)]
-    tail = [memoryview(b).cast(c) for b, c in zip(sampler.raw_columns(4), sampler.RAW_TYPECODES)]
-    per_tick = everything[1].tolist()
-    assert len(per_tick) == 6 and all(n >= 2 for n in per_tick)  # the main thread and "raw"
-    skipped = sum(per_tick[:4])
-    assert tail[0].tolist() == everything[0].tolist()[4:] and tail[1].tolist() == per_tick[4:]
-    for full, part in zip(everything[2:], tail[2:]):
-        assert part.tolist() == full.tolist()[skipped:]
-    assert all(w > 0 for w in everything[4].tolist())
+    before = sampler.columns()
+    per_tick = np.unique(before[0], return_counts=True)[1]
+    assert len(per_tick) == 6 and all(per_tick >= 2)  # the main thread and "raw"
+    taken = sampler.take_ticks(4)
+    n = int(per_tick[:4].sum())
+    after = sampler.columns()
+    for i, (old, first, rest) in enumerate(zip(before, taken, after)):
+        assert np.allclose(np.asarray(first[:], dtype=float), old[:n]), i
+        assert np.allclose(rest, old[n:]), i  # the fifth tick's wall: from the fourth, still
+    assert builder.rows_taken_off == n and builder.num_samples == len(before[0])
+    assert sampler.completed_ticks == 2 and sampler.discard_all() == len(before[0]) - n
+    assert len(sampler) == 0
+
+
+def test_part_columns_are_the_rows_in_microseconds():
+    import numpy as np
+
+    with Parked(name="part"):
+        sampler = CSampler(ProfileBuilder())
+        for _ in range(5):
+            sampler.sample()
+    time, thread, stack, wall, cpu = sampler.columns()
+    ticks = sampler.completed_ticks
+    assert sampler.rows_in(0, ticks) == len(time) and sampler.rows_in(1, 2) < len(time)
+    chunks = [[sampler.part_column(w, first, 2) for first in range(0, ticks, 2)] for w in range(5)]
+    codes = ("<i8", "<i4", "<i4", "<i8", "<i8")
+    got = [np.frombuffer(b"".join(c), dtype=code) for c, code in zip(chunks, codes)]
+    assert np.array_equal(got[0], np.rint(time * 1e6)) and np.array_equal(got[1], thread)
+    assert np.array_equal(got[2], stack) and np.array_equal(got[3], np.rint(wall * 1e6))
+    assert np.abs(got[4] - cpu * 1e6).max() <= 1
+    with pytest.raises(ValueError):
+        sampler.part_column(5, 0, 1)
 
 
 class Capturing:

@@ -287,3 +287,41 @@ def test_snapshots_of_the_job_so_far_appear_while_it_runs(tmp_path, way):
         proc.kill()
         proc.communicate(timeout=30)
     assert len(seen) == 2 and 0 < seen[0] < seen[1], seen  # it grows while the job runs
+
+
+@pytest.mark.parametrize("way", ["script", "command"])
+def test_a_snapshot_on_demand_is_the_job_so_far(tmp_path, way):
+    """``flameprof snapshot OUTDIR``: the profile so far of a running job, whenever asked, with no
+    signal sent to it (the program's SIGUSR2 stays its own)."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    target = ["prog.py"] if way == "script" else ["--", sys.executable, "prog.py"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    assert "no run is writing" in _snapshot(tmp_path / "nothing", env)  # one line, exit 2
+    argv = flameprof_cmd("run", "-q", "-o", "out", *target)
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sys.path.insert(0, REPO)
+    from flameprof.model import storage
+
+    seen = []
+    try:
+        proc.stdout.readline()
+        proc.stdout.readline()  # "ready": the program runs
+        for _ in range(2):
+            time.sleep(1.5)  # past a flush of every part
+            assert _snapshot(tmp_path / "out", env).startswith("flameprof: wrote")
+            profile = storage.load(str(tmp_path / "out" / "profile.snapshot.flameprof"))
+            seen.append(profile.num_samples)
+        roles = [p.role for p in profile.processes]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert 0 < seen[0] < seen[1], seen
+    assert roles == ["main"]
+
+
+def _snapshot(outdir, env) -> str:
+    (outdir).mkdir(exist_ok=True)
+    done = subprocess.run(flameprof_cmd("snapshot", str(outdir)), env=env, capture_output=True, text=True)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and done.returncode == (0 if lines[0].startswith("flameprof: wrote") else 2), lines
+    return lines[0]

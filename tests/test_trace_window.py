@@ -83,7 +83,11 @@ def test_run_traces_the_steps_asked_for_under_the_sampled_layer_names(tmp_path):
     assert phases["optimizer"] > 0 and phases["backward"] > 0 and phases["forward"] > 0
     assert data["memory"]["peak"] > 0 and data["memory"]["device"] == "cpu"
     assert data["device"] == {}  # no device here: nothing, and no warning
-    assert "warning" not in proc.stderr
+    # (the sampler's own starvation warning aside: importing torch holds the GIL for long C calls,
+    # and at 1 kHz this run achieves 480-515 Hz here, around the warning's half-rate threshold)
+    assert [
+        line for line in proc.stderr.splitlines() if "warning" in line and "sampler achieved" not in line
+    ] == []
     # the sampled layer rows of the report gain the window's costs
     report = json.loads(
         run_flameprof("report", "--format", "json", str(tmp_path / "out" / "profile.flameprof")).stdout

@@ -110,7 +110,7 @@ def analyze(
         profile, code_weight, [f.kind in _CODE_KINDS for f in frames], top, labeler.label, tree
     )
     importing = loop & np.append(stack_has(profile, is_import), False)[profile.sample_stack]
-    startup = loop & (profile.sample_time < steps.bounds[0]) if steps.count else np.zeros_like(loop)
+    startup = loop & (profile.sample_time < steps.start) if steps.count else np.zeros_like(loop)
     wall = profile.sample_wall
     return Analysis(
         profile,

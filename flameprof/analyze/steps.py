@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.folded import folded_marks
 from ..model.profile import Profile
 from .phases import DATA_IDS, LEAF_PHASES
 
@@ -38,6 +39,15 @@ class StepTable:
     bounds: np.ndarray
     phase_seconds: np.ndarray
     warmup: int  # the first ``warmup`` steps are warm-up
+    # steps before ``bounds`` whose marks were folded to bound memory (model/folded.py), and when
+    # the first of them began: they count, but have no table row
+    folded: int = 0
+    folded_start: float = 0.0
+
+    @property
+    def start(self) -> float:
+        """When the first step began (folded or not); the end of startup."""
+        return self.folded_start if self.folded else float(self.bounds[0])
 
     @property
     def count(self) -> int:
@@ -84,9 +94,10 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     times, walls, ph = profile.sample_time[sel], profile.sample_wall[sel], phases[sel]
     order = np.argsort(times, kind="stable")
     times, walls, ph = times[order], walls[order], ph[order]
-    source, bounds = "none", np.zeros(0)
+    source, bounds, folded = "none", np.zeros(0), []
     for name in STEP_MARKS:
-        marks = _boundary_marks(profile, name, thread)
+        marks, value = _boundary_marks(profile, name, thread)
+        folded = [f for f in folded_marks(profile.marks, name, thread) if f.value == value]
         if len(marks) >= 2:
             source, bounds = f"marks:{name}", marks
             break
@@ -107,21 +118,27 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
         phase_seconds = np.zeros((0, nph))
     table = StepTable(source, thread, np.asarray(bounds, dtype=np.float64), phase_seconds, 0)
     table.warmup = warmup_count(table.walls)
+    if n and folded:
+        # a folded mark stands for marks that each began a step (the last of them ends the first
+        # raw step's predecessor): as many folded steps as folded marks
+        table.folded = sum(f.count for f in folded)
+        table.folded_start = min(f.first for f in folded)
+        table.warmup = 0  # warm-up was long ago, among the folded steps
     return table
 
 
-def _boundary_marks(profile: Profile, name: str, thread: int) -> np.ndarray:
-    """Sorted times of ``thread``'s ``name`` marks of one kind: those from ``flameprof.step()``
-    (value ``user``) if any, else the most frequent value (e.g. the training DataLoader's batches,
-    not the validation one's)."""
+def _boundary_marks(profile: Profile, name: str, thread: int) -> tuple[np.ndarray, str]:
+    """Sorted times of ``thread``'s ``name`` marks of one kind, and that kind's value: those from
+    ``flameprof.step()`` (value ``user``) if any, else the most frequent value (e.g. the training
+    DataLoader's batches, not the validation one's)."""
     by_value: dict[str, list[float]] = {}
     for m in profile.marks:
         if m.name == name and m.thread == thread:
             by_value.setdefault(m.value, []).append(m.time)
     if not by_value:
-        return np.zeros(0)
-    times = by_value.get("user") or max(by_value.values(), key=len)
-    return np.sort(np.asarray(times, dtype=np.float64))
+        return np.zeros(0), ""
+    value = "user" if "user" in by_value else max(by_value, key=lambda v: len(by_value[v]))
+    return np.sort(np.asarray(by_value[value], dtype=np.float64)), value
 
 
 def _bounds_from_samples(times: np.ndarray, walls: np.ndarray, ph: np.ndarray) -> np.ndarray:

@@ -29,6 +29,25 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def memory_size(text: str) -> int:
+    """A size in bytes: ``64M``, ``1g``, ``500k`` or a number of bytes; at least 1 MiB."""
+    number, unit = text.strip(), ""
+    if number[-1:].lower() in "kmg" and number[-1:]:
+        number, unit = number[:-1], number[-1].lower()
+    elif number[-2:].lower() in ("kb", "mb", "gb"):
+        number, unit = number[:-2], number[-2].lower()
+    try:
+        value = int(float(number) * _UNITS[unit])
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (e.g. 64M, 1G)") from None
+    if value < 2**20:
+        raise argparse.ArgumentTypeError(f"size must be at least 1M, not {text}")
+    return value
+
+
 def export_formats(text: str) -> tuple[str, ...]:
     """Output format names (``all``: every one), in the order given, each once."""
     from ..render.formats import FORMATS

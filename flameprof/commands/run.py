@@ -20,9 +20,10 @@ import os
 import signal
 import sys
 
+from ..collect.engine.memory_budget import DEFAULT_BUDGET
 from ..collect.jobs import script
 from ..errors import FlameprofError
-from .options import add_render_options, output_options, positive_rate, positive_seconds
+from .options import add_render_options, memory_size, output_options, positive_rate, positive_seconds
 from .run_rescue import Ticker, mark_finishing, start_watcher
 
 
@@ -73,6 +74,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="S",
         help="every S seconds, write the whole job's profile so far to profile.snapshot.flameprof "
         "in the output directory (from outside the program; a killed job leaves the last one whole)",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=memory_size,
+        default=DEFAULT_BUDGET,
+        metavar="SIZE",
+        help="memory each process's profile may hold (default: 64M); past it, older samples are "
+        "folded into time windows: totals, phases and layers stay exact (docs/run.md)",
     )
     p.add_argument(
         "--live",
@@ -197,7 +206,13 @@ def _run_command(argv: list[str], args: argparse.Namespace) -> int:
     _check_phase_rules(args.phase)
     outdir = prepare_output_dir(args.output)
     options = output_options(args)
-    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses, trace_steps=args.trace_steps)
+    tree = ProcessTree(
+        outdir,
+        args.rate,
+        whole_tree=args.subprocesses,
+        trace_steps=args.trace_steps,
+        max_memory=args.max_memory,
+    )
     try:
         ticker = _ticker(tree.directory, outdir, args)
         interval = ticker.interval if ticker else None
@@ -241,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
 
     # The parts directory holds this process's own part too: the profile so far, flushed every
     # second or so, is what the watcher writes out when a signal ends the program.
-    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses)
+    tree = ProcessTree(outdir, args.rate, whole_tree=args.subprocesses, max_memory=args.max_memory)
     main_pid = os.getpid()
     start_watcher(
         main_pid,
@@ -256,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         mode=args.mode,
         backward_layers=args.backward_layers,
         trace_steps=args.trace_steps,
+        max_memory=args.max_memory,
     )
     state = {"signal": None, "saved": False}
     if args.subprocesses:

@@ -6,9 +6,11 @@ the numpy-backed ``Profile`` only when a profile is made.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from .folded import FoldedMarks, FoldedSamples
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
 if TYPE_CHECKING:
@@ -41,6 +43,14 @@ class ProfileBuilder:
         self.mark_sources: list[Callable[[], None]] = []
         self.counters: dict[str, tuple[list[float], list[float]]] = {}
         self.meta: dict = dict(meta or {})
+        # Samples and marks taken off the front of the raw rows and ``marks`` to bound memory (see
+        # model/folded.py), and how many rows were taken off: sample indexes count from the first
+        # sample ever recorded, so a window ``first:last`` stays the same rows.
+        self.folded = FoldedSamples()
+        self.folded_marks = FoldedMarks()
+        self.rows_taken_off = 0
+        # held while rows are taken off or read, by whichever thread does it
+        self.lock = threading.RLock()
 
     def frame(self, frame: Frame) -> int:
         fid = self._frame_ids.get(frame)
@@ -97,31 +107,66 @@ class ProfileBuilder:
 
     @property
     def num_samples(self) -> int:
-        return sum(len(store) for store in self.sample_stores) + len(self.time)
+        """Samples recorded so far, folded and raw: the index the next sample will have."""
+        return self.rows_taken_off + sum(len(store) for store in self.sample_stores) + len(self.time)
+
+    def take_list_rows(self, n: int) -> tuple[list, list, list, list, list]:
+        """Remove the first ``n`` rows of the list columns; returns them (time, thread, stack, wall, cpu)."""
+        with self.lock:
+            columns = (self.time, self.thread, self.stack, self.wall, self.cpu)
+            taken = tuple(column[:n] for column in columns)
+            for column in columns:
+                del column[:n]
+            self.rows_taken_off += len(taken[0])
+            return taken
+
+    def fold_meta(self) -> dict:
+        """What a profile's ``meta["folded"]`` says of its folded samples; empty when none are."""
+        f = self.folded
+        return {"folded": {"samples": f.samples, "until": f.until, "window": f.window}} if f.samples else {}
+
+    def forget_samples(self) -> None:
+        """Drop every sample and mark recorded so far (a forked child's parent's), raw and folded."""
+        with self.lock:
+            self.collect_marks()
+            for store in self.sample_stores:
+                self.rows_taken_off += store.discard_all()
+            self.take_list_rows(len(self.cpu))
+            self.folded = FoldedSamples()
+            self.folded_marks = FoldedMarks()
+            self.marks.clear()
 
     def collect_marks(self) -> None:
         for source in self.mark_sources:
             source()
 
-    def build(self) -> Profile:
+    def build(self, first: int = 0, last: int | None = None, epoch: int = 0) -> Profile:
+        """The profile of samples ``first:last`` (indexes as ``num_samples`` counts them); when some of
+        them were folded, the folded rows of epochs from ``epoch`` on (``folded.cut()`` when the
+        window opened) stand for them."""
         import numpy as np
 
         from .profile import Profile
 
-        self.collect_marks()
-
-        columns = [
-            np.asarray(self.time, dtype=np.float64),
-            np.asarray(self.thread, dtype=np.int32),
-            np.asarray(self.stack, dtype=np.int32),
-            np.asarray(self.wall, dtype=np.float64),
-            np.asarray(self.cpu, dtype=np.float64),
-        ]
-        if self.sample_stores:
-            parts = [store.columns() for store in self.sample_stores] + [columns]
-            columns = [
-                np.concatenate([part[i] for part in parts]).astype(col.dtype) for i, col in enumerate(columns)
-            ]
+        with self.lock:
+            self.collect_marks()
+            dtypes = (np.float64, np.int32, np.int32, np.float64, np.float64)
+            lists = (self.time, self.thread, self.stack, self.wall, self.cpu)
+            n_list = len(self.cpu)  # the list columns are appended time first, cpu last
+            with_folded = first < self.rows_taken_off
+            parts = [self.folded.rows(epoch)] if with_folded else []
+            parts += [store.columns() for store in self.sample_stores]
+            parts.append(tuple(column[:n_list] for column in lists))
+            marks = self.folded_marks.marks() + self.marks
+            raw_first = max(first - self.rows_taken_off, 0)
+            raw_last = None if last is None else max(last - self.rows_taken_off, 0)
+        columns = [np.concatenate([np.asarray(p[i], dtype=d) for p in parts]) for i, d in enumerate(dtypes)]
+        n_folded = len(parts[0][0]) if with_folded else 0
+        n_raw = len(columns[0]) - n_folded
+        stop = n_raw if raw_last is None else min(raw_last, n_raw)
+        if raw_first or stop < n_raw:
+            keep = np.r_[0:n_folded, n_folded + raw_first : n_folded + stop]
+            columns = [column[keep] for column in columns]
         return Profile(
             frames=list(self.frames),
             stack_parent=np.asarray(self.stack_parent, dtype=np.int32),
@@ -133,7 +178,7 @@ class ProfileBuilder:
             sample_stack=columns[2],
             sample_wall=columns[3],
             sample_cpu=columns[4],
-            marks=sorted(self.marks, key=lambda m: m.time),  # drained sources append late
+            marks=sorted(marks, key=lambda m: m.time),  # drained sources append late
             counters={
                 k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))
                 for k, (t, v) in self.counters.items()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Iterable
+from typing import IO
 
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
@@ -34,13 +36,25 @@ def json_text(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def pack(tables: dict[str, str], columns: dict[str, bytes], compress: bool = True) -> bytes:
-    """The zip: ``tables`` maps ``name.json`` to JSON text, ``columns`` maps a column name to ``.npy``
-    bytes."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+def write_zip(
+    fh: IO[bytes],
+    tables: dict[str, str],
+    members: Iterable[tuple[str, Iterable[bytes]]],
+    compress: bool = False,
+) -> None:
+    """Write the zip to ``fh``: ``tables`` maps ``name.json`` to JSON text; ``members`` yields
+    (file name, its bytes in chunks), so a column is written as it is made, never held whole."""
+    with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
         for name, text in tables.items():
             zf.writestr(name, text)
-        for name, data in columns.items():
-            zf.writestr(name + ".npy", data)
+        for name, chunks in members:
+            with zf.open(name, "w") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+
+
+def pack(tables: dict[str, str], columns: dict[str, bytes], compress: bool = True) -> bytes:
+    """The zip as bytes: ``columns`` maps a column name to ``.npy`` bytes."""
+    buf = io.BytesIO()
+    write_zip(buf, tables, ((name + ".npy", (data,)) for name, data in columns.items()), compress)
     return buf.getvalue()

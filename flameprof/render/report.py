@@ -1,9 +1,10 @@
 """The deep-learning report: one dictionary with stable keys, rendered as JSON, text or markdown.
 
 JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``unit`` (``s``, or ``samples``
-when the weights are sample counts: imported folded or py-spy text), ``samples``, ``threads``,
-``loop_thread``, ``phases`` (all six: ``data`` with ``wait`` and ``fetch``, ``forward``,
-``backward``, ``optimizer``, ``sync``, ``other``; each ``{"seconds", "percent"}``), ``steps``,
+when the weights are sample counts: imported folded or py-spy text), ``samples``, ``folded`` (what
+the memory budget folded, or ""), ``threads``, ``loop_thread``, ``phases`` (all seven: ``data``
+with ``wait`` and ``fetch``, ``forward``, ``backward``, ``optimizer``, ``sync``, ``comm``,
+``other``; each ``{"seconds", "percent"}``), ``steps`` (``count`` includes ``folded`` steps),
 ``startup`` (loop thread seconds before the first step, ``imports`` among them, and
 ``imports_whole_run``), ``layers``, ``functions`` (the idle waits of threads other than the
 loop's left out unless asked for: ``idle_left_out`` says how much), ``verdict``. Percentages are of the loop
@@ -82,7 +83,8 @@ def _steps(analysis: Analysis) -> dict:
     stats["phases"] = phase_table(steps.steady_phase_seconds())
     return {
         "source": steps.source,
-        "count": steps.count,
+        "count": steps.count + steps.folded,
+        "folded": steps.folded,  # steps before ``per_step``'s, counted but folded to bound memory
         "warmup": {"count": steps.warmup, "seconds": _r(walls[: steps.warmup].sum())},
         "steady": stats,
         "per_step": [
@@ -119,6 +121,7 @@ def report_data(
         "duration": _r(profile.duration),
         "unit": "samples" if profile.meta.get("weight_unit", "seconds") == "count" else "s",
         "samples": profile.num_samples,
+        "folded": folded_line(profile.meta),
         "threads": len(profile.threads),
         "mode": mode,
         "loop_thread": analysis.thread_name,
@@ -200,6 +203,8 @@ def steps_line(steps: dict) -> str:
         return "no steps found (mark them with flameprof.step())"
     st = steps["steady"]
     text = f"{steps['count']} steps ({steps['source']})"
+    if steps.get("folded"):
+        text += f", {steps['folded']} of them folded (statistics of the last {len(steps['per_step'])})"
     if steps["warmup"]["count"]:
         text += f", warm-up {steps['warmup']['count']} ({steps['warmup']['seconds']:.2f} s)"
     if st["count"]:
@@ -220,6 +225,17 @@ def startup_line(data: dict) -> str:
     if later >= 0.01:
         parts.append(f"imports after it {_amount(later, unit)}")
     return "; ".join(parts)
+
+
+def folded_line(meta: dict) -> str:
+    """What a profile folded to stay within its memory budget (``--max-memory``), or ""."""
+    folded = meta.get("folded")
+    if not isinstance(folded, dict) or not folded.get("samples"):
+        return ""
+    return (
+        f"{folded['samples']:,} samples before {folded['until']:.0f} s folded into {folded['window']:g} s "
+        "windows (totals, phases and layers exact; timeline coarser; --max-memory)"
+    )
 
 
 def idle_note(data: dict) -> str:
@@ -254,6 +270,8 @@ def format_text(data: dict, top: int = TOP) -> str:
     ]
     if startup_line(data):
         out.append(f"  startup: {startup_line(data)}")
+    if data["folded"]:
+        out.append(f"  memory: {data['folded']}")
     out += [
         "",
         "phases (loop thread wall time)            run     steady steps",
@@ -301,6 +319,7 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         f"- loop thread: {markdown.text(data['loop_thread'] or '-')}",
         f"- steps: {steps_line(data['steps'])}",
         *([f"- startup: {startup_line(data)}"] if startup_line(data) else []),
+        *([f"- memory: {data['folded']}"] if data["folded"] else []),
         "",
         f"**Verdict: {markdown.text(data['verdict']['text'])}**",
         "",

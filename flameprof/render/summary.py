@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import idle_note, phase_lines, report_data, startup_line, steps_line
+from .report import folded_line, idle_note, phase_lines, report_data, startup_line, steps_line
 
 TOP = 8
 
@@ -53,6 +53,9 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
         lines.append(f"  steps: {steps_line(data['steps'])}")
         if startup_line(data):
             lines.append(f"  startup: {startup_line(data)}")
+    if folded_line(profile.meta):
+        lines.append(f"  memory: {folded_line(profile.meta)}")
+    if analysis.is_deep_learning:
         lines.append(f"  verdict: {data['verdict']['text']}")
         lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]
     if data["processes"]:

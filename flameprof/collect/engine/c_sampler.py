@@ -23,6 +23,13 @@ TICK_HOOK_INTERVAL = 0.2
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
 
 
+_TYPECODES = ("d", "I", "H", "i", "d", "f")  # of the columns of Sampler.columns()
+
+
+def _views(columns: tuple) -> tuple:
+    return tuple(memoryview(data or b"").cast(code) for data, code in zip(columns, _TYPECODES))
+
+
 class CSampler(SamplerBase):
     """Sampled from a C clock thread (see native/sampler.c), so no Python thread is added to the
     program; one runs at a time per process."""
@@ -87,14 +94,33 @@ class CSampler(SamplerBase):
     def __len__(self) -> int:
         return self._c.rows
 
-    RAW_TYPECODES = ("d", "I", "H", "i", "d", "f")  # array/memoryview typecodes of raw_columns()
+    def take_ticks(self, n: int) -> tuple[list, memoryview, memoryview, memoryview, memoryview]:
+        """Remove the first ``n`` completed ticks (the oldest rows) from the C buffers; returns their
+        rows as columns (time since t0, thread, stack, wall, cpu), without numpy."""
+        b = self.builder
+        with b.lock:
+            tick_time, tick_rows, thread, stack, wall, cpu = _views(self._c.columns(0, n))
+            times: list[float] = []
+            t0 = self.t0
+            for tick, rows in zip(tick_time, tick_rows):
+                times += [tick - t0] * rows
+            b.rows_taken_off += self._c.discard(len(tick_time))
+        return times, thread, stack, wall, cpu
 
-    def raw_columns(self, first_tick: int = 0) -> tuple:
-        """The rows as bytes, for a reader that must not import numpy (a child's part writer):
-        (tick times on the perf_counter clock, rows per tick, thread, stack, wall, cpu), for the
-        completed ticks from ``first_tick`` on (a reader that converts incrementally passes the
-        number of ticks it has already read)."""
-        return self._c.columns(first_tick)
+    def discard_all(self) -> int:
+        """Drop every completed row; returns how many."""
+        return self._c.discard(self._c.completed_ticks)
+
+    @property
+    def completed_ticks(self) -> int:
+        return self._c.completed_ticks
+
+    def rows_in(self, first_tick: int, limit: int) -> int:
+        return self._c.rows_in(first_tick, limit)
+
+    def part_column(self, which: int, first_tick: int, limit: int) -> bytes:
+        """One part-file column of ``limit`` ticks from ``first_tick`` on (see native/sampler.c)."""
+        return self._c.part_column(which, first_tick, limit, self.t0)
 
     def columns(self) -> tuple:
         """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""

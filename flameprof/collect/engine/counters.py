@@ -1,5 +1,6 @@
 """Process counters (CPU % and RSS, and the GPU's where there is one: gpu_counters.py), recorded
-every 200 ms during a profiling session.
+every 200 ms during a profiling session; past 10,000 points a series thins its older half, so a
+run of days keeps a coarser but bounded record.
 
 ``tick`` runs on the sampler thread after each sample and records at most one point per
 interval, so no thread is added to the profiled program. It holds the program's GIL meanwhile, so
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 INTERVAL = 0.2  # the C sampler's clock runs the tick hooks this often (c_sampler.TICK_HOOK_INTERVAL)
+MAX_POINTS = 10_000  # per series: past it, the older half is thinned to half as many points
 
 
 class CounterRecorder:
@@ -62,6 +64,21 @@ class CounterRecorder:
             times, values = self.extra.setdefault(name, ([], []))
             values.append(value)
             times.append(now - self.t0)
+        if len(self.times) > MAX_POINTS:
+            self._thin()
+
+    def _thin(self) -> None:
+        """Halve the points of the older half of every series: a pair becomes one point at the later
+        time, holding the mean of a rate and the larger of a size (a peak stays a peak)."""
+        series = [(CPU_PERCENT, self.times, self.cpu), (RSS_BYTES, self.times, self.rss)]
+        series += [(name, times, values) for name, (times, values) in self.extra.items()]
+        for name, _, values in series:
+            half = (len(values) // 4) * 2
+            pick = max if name.endswith("_bytes") else (lambda a, b: (a + b) / 2)
+            values[:half] = [pick(values[i], values[i + 1]) for i in range(0, half, 2)]
+        for times in {id(t): t for _, t, _ in series}.values():
+            half = (len(times) // 4) * 2
+            times[:half] = times[1:half:2]
 
     def points(self) -> dict[str, tuple[list[float], list[float]]]:
         """Every (times, values) pair so far as plain lists, for part writers that must not import numpy."""

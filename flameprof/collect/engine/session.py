@@ -20,6 +20,7 @@ from . import scopes, torch_hooks
 from .choose_sampler import make_sampler
 from .counters import CounterRecorder
 from .layers import NAMER
+from .memory_budget import DEFAULT_BUDGET, MemoryBudget
 from .sampler_base import SamplerBase
 from .trace_window import TraceWindow, read_window
 
@@ -38,14 +39,20 @@ class _Session:
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
         self.window: TraceWindow | None = None
+        self.budget: MemoryBudget | None = None
         # where stacks begin (the frames that run the target), for every sampler the session makes:
         # set before the first user starts, so no tick sees the target's runner before they apply
         self.boundary_codes: set[CodeType] = set()
 
     def acquire(
-        self, rate: float, backward_layers: bool = False, trace_steps: tuple[int, int] | None = None
+        self,
+        rate: float,
+        backward_layers: bool = False,
+        trace_steps: tuple[int, int] | None = None,
+        max_memory: int = DEFAULT_BUDGET,
     ) -> None:
-        """Start sampling with the first user; ``trace_steps`` (first, last) also traces those steps."""
+        """Start sampling with the first user; ``trace_steps`` (first, last) also traces those steps;
+        ``max_memory`` bounds the bytes the profile holds (the first user's applies)."""
         with self.lock:
             if self.users == 0:
                 self.builder = ProfileBuilder()
@@ -60,7 +67,8 @@ class _Session:
                     hooks.add_window(self.window)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)
-                self.sampler.tick_hooks.append(self.counters.tick)
+                self.budget = MemoryBudget(self.builder, max_memory)
+                self.sampler.tick_hooks += [self.counters.tick, self.budget.tick]
             self.users += 1
 
     def add_boundary_codes(self, codes: Iterable[CodeType]) -> None:
@@ -85,14 +93,15 @@ class _Session:
         assert self.sampler is not None
         return time.perf_counter() - self.sampler.t0
 
-    def snapshot(self, first: int, last: int, meta: dict) -> Profile:
-        """A Profile of samples ``first:last`` with the session's frames and stacks."""
+    def snapshot(self, first: int, last: int, meta: dict, epoch: int = 0) -> Profile:
+        """A Profile of samples ``first:last`` with the session's frames and stacks (``epoch``: of the
+        folded samples, see ProfileBuilder.build)."""
         assert self.builder is not None and self.sampler is not None
         with self.lock:
             b = self.builder
-            profile = b.build()
+            profile = b.build(first, last, epoch)
             meta = {**b.meta, **meta}  # e.g. scope_phases recorded by user scopes
-        profile.select(slice(first, last))
+            meta.update(b.fold_meta())
         if self.counters is not None:
             start = float(meta.get("window_start", 0.0))
             profile.counters = self.counters.series(start, start + float(meta.get("duration", float("inf"))))

@@ -22,12 +22,14 @@ import time
 
 from ...model.records import ProcessInfo, short_command
 from ..engine.counters import CounterRecorder
+from ..engine.memory_budget import DEFAULT_BUDGET
 from ..engine.session import SESSION, run_metadata
 from ..engine.trace_window import export_window, parse_steps, trace_path
 from .parts import PartWriter
 
 ENV_DIR = "FLAMEPROF_CHILD_DIR"  # the parts directory; its presence turns profiling on
 ENV_RATE = "FLAMEPROF_CHILD_RATE"  # samples per second
+ENV_MAX_MEMORY = "FLAMEPROF_CHILD_MAX_MEMORY"  # bytes each process's profile may hold
 ENV_TREE = "FLAMEPROF_CHILD_TREE"  # "0": profile only the first Python process, not its children
 ENV_TRACE = "FLAMEPROF_CHILD_TRACE_STEPS"  # "FIRST:LAST": the steps each process traces (trace_window.py)
 ENV_RANK_PID = "FLAMEPROF_RANK_PID"  # set by the process that owns RANK, so its children know they are not it
@@ -120,13 +122,17 @@ def start_from_environment() -> None:
     if _rank() is not None and ENV_RANK_PID not in os.environ:
         os.environ[ENV_RANK_PID] = str(os.getpid())
 
-    SESSION.acquire(rate, trace_steps=trace_steps)
+    try:
+        max_memory = max(int(os.environ.get(ENV_MAX_MEMORY) or DEFAULT_BUDGET), 2**20)
+    except ValueError:
+        max_memory = DEFAULT_BUDGET
+    SESSION.acquire(rate, trace_steps=trace_steps, max_memory=max_memory)
     record_this_process(directory)
 
 
 def forget_environment(env) -> None:
     """Remove what makes children profiled from ``env`` (a dict or ``os.environ``)."""
-    for name in (ENV_DIR, ENV_RATE, ENV_TREE, ENV_TRACE):
+    for name in (ENV_DIR, ENV_RATE, ENV_TREE, ENV_TRACE, ENV_MAX_MEMORY):
         env.pop(name, None)
     entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOTSTRAP_DIR]
     if entries:
@@ -318,8 +324,8 @@ def _after_fork_in_child() -> None:
     """Restart sampling in a forked child of a profiled process.
 
     The child keeps its parent's sampler, builder and time base (so the layer hooks, boundary
-    codes and interned frames stay valid and are not installed twice) and records its own samples
-    after the parent's; only what did not survive the fork is renewed: the sampling thread, the
+    codes and interned frames stay valid and are not installed twice) and drops the parent's
+    samples and marks; only what did not survive the fork is renewed: the sampling thread, the
     session lock (another thread may have held it) and the process counters.
     """
     parent = _TREE.recorder.pid if _TREE.recorder is not None else os.getppid()
@@ -329,6 +335,9 @@ def _after_fork_in_child() -> None:
         if _TREE.directory is None or sampler is None or SESSION.users <= 0 or not sampler.running:
             return
         SESSION.lock = threading.RLock()
+        builder = sampler.builder
+        builder.lock = threading.RLock()
+        builder.forget_samples()  # the parent's samples are in its own part
         sampler.reset_after_fork()
         sampler.pid = os.getpid()
         old = SESSION.counters

@@ -2,8 +2,8 @@
 
 A part is an ordinary ``.flameprof`` file, written without numpy (children must stay light and may
 run an interpreter that has none) and rewritten in place, atomically, at every flush: a reader sees
-the previous complete part or the next one, never half of one. Only the samples taken since the
-last flush are converted, so a flush costs little more than writing the file.
+the previous complete part or the next one, never half of one. The memory budget
+(``collect/engine/memory_budget.py``) bounds the rows it holds, and so the cost of a flush.
 """
 
 from __future__ import annotations
@@ -16,9 +16,18 @@ import time
 import zipfile
 from array import array
 
-from ...atomic import write_bytes
+from ...atomic import atomic_file
 from ...model.builder import ProfileBuilder
-from ...model.fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from ...model.fileformat import (
+    FORMAT,
+    VERSION,
+    frame_row,
+    json_text,
+    mark_row,
+    process_row,
+    thread_row,
+    write_zip,
+)
 from ...model.records import SAMPLE_COLUMNS, ProcessInfo
 
 PREFIX = "part-"
@@ -30,30 +39,15 @@ def part_path(directory: str, host: str, pid: int) -> str:
     return os.path.join(directory, f"{PREFIX}{host}-{pid}{SUFFIX}")
 
 
-def _npy(values: array) -> bytes:
-    """``values`` in numpy's ``.npy`` format (version 1.0): a padded text header, then raw data."""
-    header = (
-        f"{{'descr': '{_ENDIAN}i{values.itemsize}', 'fortran_order': False, 'shape': ({len(values)},), }}"
-    )
+def _npy_header(typecode: str, itemsize: int, rows: int) -> bytes:
+    """The header of numpy's ``.npy`` format (version 1.0) for ``rows`` values: padded text."""
+    header = f"{{'descr': '{_ENDIAN}{typecode}{itemsize}', 'fortran_order': False, 'shape': ({rows},), }}"
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"
-    return (
-        b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1") + values.tobytes()
-    )
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
 
 
 def _us(seconds) -> list[int]:
     return [round(s * 1e6) for s in seconds]
-
-
-def _raw(store, first_tick: int = 0) -> tuple:
-    """A sample store's ticks from ``first_tick`` on and their rows, as memoryviews, without numpy
-    (see CSampler.raw_columns)."""
-    columns = store.raw_columns(first_tick)
-    return tuple(memoryview(data or b"").cast(code) for data, code in zip(columns, store.RAW_TYPECODES))
-
-
-def _ticks_and_rows(raw: tuple) -> tuple[int, int]:
-    return len(raw[0]), len(raw[2])
 
 
 def _series(times: list[float], values: list[float]) -> list[list[float]]:
@@ -61,65 +55,29 @@ def _series(times: list[float], values: list[float]) -> list[list[float]]:
     return [list(times[:n]), list(values[:n])]
 
 
+# The sample columns of a part: (typecode, bytes per value) as numpy reads them.
+_COLUMN_TYPES = (("i", 8), ("i", 4), ("i", 4), ("i", 8), ("i", 8))
+_ARRAY_CODES = ("q", "i", "i", "q", "q")
+CHUNK_TICKS = 8192  # ticks converted at a time: a part is streamed, never held whole
+
+
 class PartWriter:
     """Rewrites one process's part from a ProfileBuilder that a sampler keeps filling.
 
-    Only samples and marks recorded after the writer was made are this process's (a forked child
-    shares its parent's builder, tables and time base, and adds its own after the parent's).
-    Lengths are read samples first, then threads, stacks and frames: everything a sample refers to
-    was recorded before the sample, so tables cut at those lengths are consistent without stopping
-    the sampler.
+    Everything the builder holds is this process's (a forked child drops its parent's samples and
+    marks first, see child.py). The part is streamed to its file a column and a chunk of rows at a
+    time, the native sampler's rows converted in C, so writing it takes little memory however many
+    rows there are. Lengths are read samples first, then threads, stacks and frames: everything a
+    sample refers to was recorded before the sample, so tables cut at those lengths are consistent
+    without stopping the sampler.
     """
 
     def __init__(self, directory: str, builder: ProfileBuilder, host: str, pid: int) -> None:
         self.path = part_path(directory, host, pid)
         self.builder = builder
         self.lock = threading.Lock()
-        self.written = -1  # samples in the file on disk; -1 before the first write
-        self._columns = [
-            array("q"),
-            array("i"),
-            array("i"),
-            array("q"),
-            array("q"),
-        ]  # time thread stack wall cpu
-        self._frames_json: list[str] = []  # the tables only grow: each flush encodes only what is new
-        self._stack_parent = array("i")
-        self._stack_frame = array("i")
-        self._first_mark = len(builder.marks)
-        self._list_done = len(builder.cpu)
-        self._store_done = [_ticks_and_rows(_raw(store)) for store in builder.sample_stores]
-
-    def _add_new_samples(self) -> int:
-        """Convert the samples recorded since the last call; returns how many are this process's now."""
-        b = self.builder
-        time_us, thread, stack, wall_us, cpu_us = self._columns
-        for i, store in enumerate(b.sample_stores):  # the native sampler's rows
-            if i == len(self._store_done):
-                self._store_done.append((0, 0))
-            tick_done, row_done = self._store_done[i]
-            if len(store) < row_done:  # the store was reset: all its rows are new
-                tick_done, row_done = 0, 0
-            times, per_tick, threads, stacks, walls, cpus = _raw(store, tick_done)  # the new ticks only
-            if sum(per_tick) != len(threads) or len(threads) != len(cpus):
-                continue  # not the rows this writer expects: skip them this time, never guess
-            t0 = store.t0
-            for tick, rows in zip(times, per_tick):
-                time_us.extend([round((tick - t0) * 1e6)] * rows)
-            thread.extend(threads.tolist())
-            stack.extend(stacks.tolist())
-            wall_us.extend(_us(walls.tolist()))
-            cpu_us.extend(_us(cpus.tolist()))
-            self._store_done[i] = (tick_done + len(times), row_done + len(threads))
-        n_list = len(b.cpu)  # the list columns are appended time first, cpu last
-        done = self._list_done
-        time_us.extend(_us(b.time[done:n_list]))
-        thread.extend(b.thread[done:n_list])
-        stack.extend(b.stack[done:n_list])
-        wall_us.extend(_us(b.wall[done:n_list]))
-        cpu_us.extend(_us(b.cpu[done:n_list]))
-        self._list_done = n_list
-        return len(time_us)
+        self.written = -1  # samples recorded when the file on disk was written; -1 before the first
+        self._frames_json: list[str] = []  # the tables only grow: each write encodes only what is new
 
     def write(
         self,
@@ -139,35 +97,77 @@ class PartWriter:
             return 0.0
         try:
             b = self.builder
-            b.collect_marks()
-            n = self._add_new_samples()
-            if n == self.written and not final:
-                return 0.0
-            n_threads = len(b.threads)
-            n_stacks = min(len(b.stack_parent), len(b.stack_frame))
-            n_frames = len(b.frames)
-            self._frames_json.extend(
-                json_text(frame_row(f)) for f in b.frames[len(self._frames_json) : n_frames]
-            )
-            self._stack_parent.extend(b.stack_parent[len(self._stack_parent) : n_stacks])
-            self._stack_frame.extend(b.stack_frame[len(self._stack_frame) : n_stacks])
-            tables = {
-                "meta.json": dict(meta, format=FORMAT, version=VERSION, final=final),
-                "threads.json": [thread_row(t) for t in b.threads[:n_threads]],
-                "processes.json": [process_row(process)],
-                "marks.json": [mark_row(m) for m in b.marks[self._first_mark :] if m.thread < n_threads],
-                "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
-            }
-            texts = {"frames.json": "[" + ",".join(self._frames_json) + "]"}
-            texts.update((name, json_text(table)) for name, table in tables.items())
-            columns = {"stack_parent": self._stack_parent, "stack_frame": self._stack_frame}
-            columns.update(zip(SAMPLE_COLUMNS, self._columns))
-            data = pack(texts, {name: _npy(column) for name, column in columns.items()}, compress=False)
-            write_bytes(self.path, data, private=True)  # another user must not read a program's stacks
-            self.written = n
+            with b.lock:  # no rows are folded away while they are read
+                b.collect_marks()
+                recorded = b.num_samples
+                if recorded == self.written and not final:
+                    return 0.0
+                sources = self._sources()
+                marks = b.folded_marks.marks() + list(b.marks)
+                n_threads = len(b.threads)
+                n_stacks = min(len(b.stack_parent), len(b.stack_frame))
+                n_frames = len(b.frames)
+                self._frames_json.extend(
+                    json_text(frame_row(f)) for f in b.frames[len(self._frames_json) : n_frames]
+                )
+                meta = dict(meta, **b.fold_meta())
+                tables = {
+                    "meta.json": dict(meta, format=FORMAT, version=VERSION, final=final),
+                    "threads.json": [thread_row(t) for t in b.threads[:n_threads]],
+                    "processes.json": [process_row(process)],
+                    "marks.json": [mark_row(m) for m in marks if m.thread < n_threads],
+                    "counters.json": {k: _series(t, v) for k, (t, v) in counters.items()},
+                }
+                texts = {"frames.json": "[" + ",".join(self._frames_json[:n_frames]) + "]"}
+                texts.update((name, json_text(table)) for name, table in tables.items())
+                columns = {
+                    "stack_parent": [array("i", b.stack_parent[:n_stacks])],
+                    "stack_frame": [array("i", b.stack_frame[:n_stacks])],
+                }
+                # with the builder's lock held: no rows are taken off while they are converted
+                with atomic_file(self.path, "wb", private=True) as fh:  # private: a program's stacks
+                    write_zip(fh, texts, self._npy_members(columns, sources))
+            self.written = recorded
         finally:
             self.lock.release()
         return time.thread_time() - start
+
+    def _sources(self) -> list:
+        """What the sample columns are made of, in row order: the folded rows, each native store's
+        completed ticks, the list columns (appended time first, cpu last)."""
+        b = self.builder
+        out: list = []
+        if b.folded.samples:
+            out.append(("rows", b.folded.rows()))
+        for store in b.sample_stores:
+            out.append(("store", store, store.completed_ticks))
+        n = len(b.cpu)
+        out.append(("rows", (b.time[:n], b.thread[:n], b.stack[:n], b.wall[:n], b.cpu[:n])))
+        return out
+
+    def _npy_members(self, tables: dict[str, list[array]], sources: list):
+        """(member name, iterator of byte chunks) of every column, the sample columns converted as
+        they are written."""
+        for name, (chunk,) in tables.items():
+            yield name + ".npy", iter((_npy_header("i", 4, len(chunk)), chunk.tobytes()))
+        rows = 0
+        for source in sources:
+            rows += len(source[1][0]) if source[0] == "rows" else source[1].rows_in(0, source[2])
+        for which, name in enumerate(SAMPLE_COLUMNS):
+            yield name + ".npy", self._column_chunks(which, rows, sources)
+
+    def _column_chunks(self, which: int, rows: int, sources: list):
+        code, size = _COLUMN_TYPES[which]
+        yield _npy_header(code, size, rows)
+        timed = which in (0, 3, 4)
+        for source in sources:
+            if source[0] == "rows":
+                values = source[1][which]
+                yield array(_ARRAY_CODES[which], _us(values) if timed else values).tobytes()
+                continue
+            store, ticks = source[1], source[2]
+            for first in range(0, ticks, CHUNK_TICKS):
+                yield store.part_column(which, first, min(CHUNK_TICKS, ticks - first))
 
 
 # -- the parent's side -------------------------------------------------------------------------

@@ -30,10 +30,16 @@ class ProcessTree:
     """The parts directory of one run (mode 0700, inside the output directory until the merge)."""
 
     def __init__(
-        self, outdir: str, rate: float, whole_tree: bool = True, trace_steps: tuple[int, int] | None = None
+        self,
+        outdir: str,
+        rate: float,
+        whole_tree: bool = True,
+        trace_steps: tuple[int, int] | None = None,
+        max_memory: int | None = None,
     ) -> None:
         self.directory = tempfile.mkdtemp(prefix=".flameprof-parts-", dir=outdir)
         self.rate = rate
+        self.max_memory = max_memory  # each process's budget (None: the default)
         self.whole_tree = whole_tree
         self.trace_steps = trace_steps  # the steps each process traces (command mode)
 
@@ -43,6 +49,7 @@ class ProcessTree:
         tree = cls.__new__(cls)
         tree.directory = directory
         tree.rate = 0.0
+        tree.max_memory = None
         tree.trace_steps = None
         tree.whole_tree = True
         return tree
@@ -54,6 +61,8 @@ class ProcessTree:
         env[child.ENV_DIR] = self.directory
         env[child.ENV_RATE] = repr(self.rate)
         env[child.ENV_TREE] = "1" if self.whole_tree else "0"
+        if self.max_memory is not None:
+            env[child.ENV_MAX_MEMORY] = str(self.max_memory)
         if self.trace_steps is not None:
             env[child.ENV_TRACE] = "{}:{}".format(*self.trace_steps)
         env.pop(child.ENV_RANK_PID, None)
@@ -63,8 +72,9 @@ class ProcessTree:
     def profile_children_of_this_process(self) -> None:
         """Forked children restart the sampler; spawned ones and subprocesses inherit the environment."""
         env = self.environment(os.environ)
-        for name in (child.ENV_DIR, child.ENV_RATE, child.ENV_TREE, "PYTHONPATH"):
-            os.environ[name] = env[name]
+        for name in (child.ENV_DIR, child.ENV_RATE, child.ENV_TREE, child.ENV_MAX_MEMORY, "PYTHONPATH"):
+            if name in env:
+                os.environ[name] = env[name]
         child.enable_tree(self.directory, self.rate)
 
     def collect(self, main: Profile | None = None, main_pid: int | None = None) -> Profile | None:
@@ -113,13 +123,18 @@ class ProcessTree:
 
     def snapshot(self, main_pid: int | None = None) -> Profile | None:
         """The job so far, merged from the parts as they are now (nothing waited for or removed):
-        None when there is nothing yet, or a part cannot be read at this moment."""
+        None when there is nothing yet, or a part cannot be read at this moment. Without
+        ``main_pid``, the one process whose parent wrote no part is ``main``."""
         from ...model import storage
         from ...model.merge import merge_profiles
 
         try:
             parts = [storage.load(path) for path in part_files(self.directory)]
             parts = [p for p in parts if p.num_samples]
+            if main_pid is None:
+                pids = {info.pid for p in parts for info in p.processes}
+                roots = [info.pid for p in parts for info in p.processes if info.ppid not in pids]
+                main_pid = roots[0] if len(roots) == 1 else None
             return merge_profiles(parts, main_pid=main_pid) if parts else None
         except (FlameprofError, OSError, ValueError):
             return None
