@@ -180,3 +180,15 @@ def test_a_run_past_its_budget_matches_the_programs_own_timers(tmp_path, way, na
     samples = (sampled["light"] + sampled["heavy"]) * rate
     bound = max(0.02, 4 * (true_share * (1 - true_share) / samples) ** 0.5)
     assert abs(share - true_share) < bound, (share, true_share, samples)
+
+
+def test_rows_that_differ_in_more_than_their_window_stop_the_coarsening():
+    """More distinct (thread, stack) rows than the folded share holds: the window doubles while
+    that helps, then stops (a program with many stacks must not hang in its sampler)."""
+    builder = ProfileBuilder()
+    budget = MemoryBudget(builder, budget=2**20)
+    for i in range(5000):  # 5,000 stacks, each once, all in one window: nothing to merge
+        builder.add_sample(1.0 + i * 1e-4, 0, i, 0.01, 0.0)
+    builder.folded.add(0, *builder.take_list_rows(5000))
+    budget.check()
+    assert len(builder.folded) == 5000 and builder.folded.window <= 16.0

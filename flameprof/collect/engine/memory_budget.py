@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from ...model.builder import ProfileBuilder
+from ...model.folded import FoldedMarks, FoldedSamples
 
 DEFAULT_BUDGET = 64 * 2**20
 # Bytes each kind of record takes, measured on CPython 3.11 (scripts/bench_memory.py): a native
@@ -60,10 +61,9 @@ class MemoryBudget:
         b.collect_marks()
         if len(b.marks) * MARK_BYTES > MARK_SHARE * self.budget:
             self._fold_marks(b.marks[len(b.marks) // 2].time)
-        while len(b.folded) * FOLDED_ROW_BYTES > FOLDED_SHARE * self.budget and len(b.folded) > 1:
-            b.folded.coarsen()
-        while len(b.folded_marks) * FOLDED_ROW_BYTES > FOLDED_SHARE * self.budget / 4:
-            b.folded_marks.coarsen()
+        with b.lock:  # a part writer may be reading the folded rows
+            _coarsen(b.folded, FOLDED_SHARE * self.budget / FOLDED_ROW_BYTES)
+            _coarsen(b.folded_marks, FOLDED_SHARE * self.budget / 4 / FOLDED_ROW_BYTES)
 
     def fold(self, nbytes: float) -> None:
         """Fold at least ``nbytes`` of the oldest raw samples, and the marks up to their time."""
@@ -91,3 +91,13 @@ class MemoryBudget:
             if old:
                 b.folded_marks.add(old)
                 b.marks[:] = [m for m in b.marks if m.time > until]
+
+
+def _coarsen(folded: FoldedSamples | FoldedMarks, limit: float) -> None:
+    """Double ``folded``'s window until it has at most ``limit`` rows, or doubling stops helping
+    (rows that differ in more than their window: threads, stacks, names)."""
+    while len(folded) > limit:
+        before = len(folded)
+        folded.coarsen()
+        if len(folded) > 0.9 * before:
+            return
