@@ -95,7 +95,8 @@ def test_a_window_opened_after_the_fold_leaves_the_folded_rows_out():
     budget = MemoryBudget(builder, budget=400_000)
     _synthetic(builder, budget, 300)
     first = builder.num_samples
-    epoch = builder.folded.cut(first)  # a window opens, as Profiler.start does
+    builder.folded.cut(first)  # a window opens, as Profiler.start does
+    epoch = builder.folded.cut(first)  # and another at the same sample
     _synthetic(builder, budget, 100, seed=1, start=305.0)
     assert builder.rows_taken_off > first  # some of the window's rows were folded
     window = builder.build(first, epoch=epoch)

@@ -57,7 +57,7 @@ class FoldedSamples:
         n, last = 0, self.until
         next_cut = cuts[epoch] - first if epoch < len(cuts) else -1
         for time, thread, stack, wall, cpu in zip(times, threads, stacks, walls, cpus):
-            if n == next_cut:
+            while n == next_cut:  # (two windows may open at the same sample)
                 epoch += 1
                 next_cut = cuts[epoch] - first if epoch < len(cuts) else -1
             key = (epoch, int(time // window), thread, stack)
