@@ -20,26 +20,63 @@ FOLDED_PREFIX = "folded:"
 FIRST_WINDOW = 8.0  # seconds; doubled whenever the folded rows outgrow their share of the budget
 
 
-class FoldedSamples:
+class _WindowCells:
+    """Rows keyed by a time window (at ``WINDOW_AT`` in the key) among other things; a row's values
+    merge with ``_combine``. ``coarsen`` doubles the window, merging neighbouring windows' rows."""
+
+    WINDOW_AT = 0
+
+    def __init__(self, window: float = FIRST_WINDOW) -> None:
+        self.window = window
+        self.cells: dict[tuple, list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+    @staticmethod
+    def _combine(cell: list[float], value: list[float]) -> None:
+        raise NotImplementedError
+
+    def _merge(self, key: tuple, value: list[float]) -> None:
+        cell = self.cells.get(key)
+        if cell is None:
+            self.cells[key] = value
+        else:
+            self._combine(cell, value)
+
+    def coarsen(self) -> None:
+        """Double the window."""
+        cells, self.cells = self.cells, {}
+        i = self.WINDOW_AT
+        for key, value in cells.items():
+            self._merge((*key[:i], key[i] // 2, *key[i + 1 :]), value)
+        self.window *= 2
+
+
+class FoldedSamples(_WindowCells):
     """(epoch, window, thread, stack) -> [wall, cpu, last time], over the samples folded so far.
 
     An epoch begins at the sample where a profiling window opens (``cut``): cells never span one,
     so a window's folded samples are exactly those of its epochs."""
 
+    WINDOW_AT = 1
+
     def __init__(self, window: float = FIRST_WINDOW) -> None:
-        self.window = window
-        self.cells: dict[tuple[int, int, int, int], list[float]] = {}
+        super().__init__(window)
         self.samples = 0  # samples folded in
         self.until = 0.0  # the time of the last of them
         self.cuts: list[int] = []  # the sample index where each epoch after the first begins
+
+    @staticmethod
+    def _combine(cell: list[float], value: list[float]) -> None:
+        cell[0] += value[0]
+        cell[1] += value[1]
+        cell[2] = max(cell[2], value[2])
 
     def cut(self, index: int) -> int:
         """Begin a new epoch at sample ``index`` (a profiling window opens); returns its number."""
         self.cuts.append(index)
         return len(self.cuts)
-
-    def __len__(self) -> int:
-        return len(self.cells)
 
     def add(
         self,
@@ -56,6 +93,7 @@ class FoldedSamples:
         epoch = sum(1 for c in cuts if c <= first)
         n, last = 0, self.until
         next_cut = cuts[epoch] - first if epoch < len(cuts) else -1
+        # the fold's hot loop, so _merge is written out: times only grow, so the last is the latest
         for time, thread, stack, wall, cpu in zip(times, threads, stacks, walls, cpus):
             while n == next_cut:  # (two windows may open at the same sample)
                 epoch += 1
@@ -73,21 +111,6 @@ class FoldedSamples:
         self.samples += n
         self.until = max(self.until, last)
 
-    def coarsen(self) -> None:
-        """Double the window: cells of neighbouring windows merge."""
-        merged: dict[tuple[int, int, int, int], list[float]] = {}
-        for (epoch, w, thread, stack), (wall, cpu, time) in self.cells.items():
-            key = (epoch, w // 2, thread, stack)
-            cell = merged.get(key)
-            if cell is None:
-                merged[key] = [wall, cpu, time]
-            else:
-                cell[0] += wall
-                cell[1] += cpu
-                cell[2] = max(cell[2], time)
-        self.cells = merged
-        self.window *= 2
-
     def rows(self, epoch: int = 0) -> tuple[list[float], list[int], list[int], list[float], list[float]]:
         """The folded rows of epochs from ``epoch`` on as sample columns (time, thread, stack, wall,
         cpu), in time order."""
@@ -103,45 +126,22 @@ class FoldedSamples:
         )
 
 
-class FoldedMarks:
+class FoldedMarks(_WindowCells):
     """(window, thread, name, value) -> [count, first time, last time], over the marks folded so far."""
 
-    def __init__(self, window: float = FIRST_WINDOW) -> None:
-        self.window = window
-        self.cells: dict[tuple[int, int, str, str], list[float]] = {}
-
-    def __len__(self) -> int:
-        return len(self.cells)
+    @staticmethod
+    def _combine(cell: list[float], value: list[float]) -> None:
+        cell[0] += value[0]
+        cell[1] = min(cell[1], value[1])
+        cell[2] = max(cell[2], value[2])
 
     def add(self, marks: Iterable[Mark]) -> None:
-        window = self.window
         for mark in marks:
-            name, count, first = mark.name, 1, mark.time
-            value = mark.value
+            name, count, first, value = mark.name, 1, mark.time, mark.value
             if name.startswith(FOLDED_PREFIX):  # already folded: a merged profile folded again
                 info = parse_folded(mark)
                 name, count, first, value = info.name, info.count, info.first, info.value
-            key = (int(mark.time // window), mark.thread, name, value)
-            cell = self.cells.get(key)
-            if cell is None:
-                self.cells[key] = [count, first, mark.time]
-            else:
-                cell[0] += count
-                cell[1] = min(cell[1], first)
-                cell[2] = max(cell[2], mark.time)
-
-    def coarsen(self) -> None:
-        cells, self.cells = self.cells, {}
-        for (w, thread, name, value), (count, first, last) in cells.items():
-            key = (w // 2, thread, name, value)
-            cell = self.cells.get(key)
-            if cell is None:
-                self.cells[key] = [count, first, last]
-            else:
-                cell[0] += count
-                cell[1] = min(cell[1], first)
-                cell[2] = max(cell[2], last)
-        self.window *= 2
+            self._merge((int(mark.time // self.window), mark.thread, name, value), [count, first, mark.time])
 
     def marks(self) -> list[Mark]:
         """One ``folded:<name>`` mark per cell, at the time of its last mark."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...model.counters import CPU_PERCENT, RSS_BYTES
@@ -70,15 +71,9 @@ class CounterRecorder:
     def _thin(self) -> None:
         """Halve the points of the older half of every series: a pair becomes one point at the later
         time, holding the mean of a rate and the larger of a size (a peak stays a peak)."""
-        series = [(CPU_PERCENT, self.times, self.cpu), (RSS_BYTES, self.times, self.rss)]
-        series += [(name, times, values) for name, (times, values) in self.extra.items()]
-        for name, _, values in series:
-            half = (len(values) // 4) * 2
-            pick = max if name.endswith("_bytes") else (lambda a, b: (a + b) / 2)
-            values[:half] = [pick(values[i], values[i + 1]) for i in range(0, half, 2)]
-        for times in {id(t): t for _, t, _ in series}.values():
-            half = (len(times) // 4) * 2
-            times[:half] = times[1:half:2]
+        _halve(self.times, [(self.cpu, _mean), (self.rss, max)])
+        for name, (times, values) in self.extra.items():
+            _halve(times, [(values, max if name.endswith("_bytes") else _mean)])
 
     def points(self) -> dict[str, tuple[list[float], list[float]]]:
         """Every (times, values) pair so far as plain lists, for part writers that must not import numpy."""
@@ -100,6 +95,18 @@ class CounterRecorder:
             keep = (t >= start) & (t <= end)
             out[name] = (t[keep], np.asarray(values, dtype=np.float64)[keep])
         return out
+
+
+def _mean(a: float, b: float) -> float:
+    return (a + b) / 2
+
+
+def _halve(times: list[float], series: list[tuple[list[float], Callable[[float, float], float]]]) -> None:
+    """Pairs of the older half of ``times`` and of each series' values (merged by its function) become one."""
+    half = (len(times) // 4) * 2
+    for values, pick in series:
+        values[:half] = [pick(values[i], values[i + 1]) for i in range(0, half, 2)]
+    times[:half] = times[1:half:2]
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -15,6 +15,9 @@ import threading
 import time
 import zipfile
 from array import array
+from collections.abc import Callable, Iterable
+from functools import partial
+from itertools import chain
 
 from ...atomic import atomic_file
 from ...model.builder import ProfileBuilder
@@ -39,9 +42,11 @@ def part_path(directory: str, host: str, pid: int) -> str:
     return os.path.join(directory, f"{PREFIX}{host}-{pid}{SUFFIX}")
 
 
-def _npy_header(typecode: str, itemsize: int, rows: int) -> bytes:
-    """The header of numpy's ``.npy`` format (version 1.0) for ``rows`` values: padded text."""
-    header = f"{{'descr': '{_ENDIAN}{typecode}{itemsize}', 'fortran_order': False, 'shape': ({rows},), }}"
+def _npy_header(code: str, rows: int) -> bytes:
+    """The header of numpy's ``.npy`` format (version 1.0) for ``rows`` integers of array typecode
+    ``code``: padded text."""
+    descr = f"{_ENDIAN}i{array(code).itemsize}"
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows},), }}"
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
 
@@ -55,9 +60,7 @@ def _series(times: list[float], values: list[float]) -> list[list[float]]:
     return [list(times[:n]), list(values[:n])]
 
 
-# The sample columns of a part: (typecode, bytes per value) as numpy reads them.
-_COLUMN_TYPES = (("i", 8), ("i", 4), ("i", 4), ("i", 8), ("i", 8))
-_ARRAY_CODES = ("q", "i", "i", "q", "q")
+_ARRAY_CODES = ("q", "i", "i", "q", "q")  # of the sample columns in a part (SAMPLE_COLUMNS' order)
 CHUNK_TICKS = 8192  # ticks converted at a time: a part is streamed, never held whole
 
 
@@ -120,54 +123,56 @@ class PartWriter:
                 }
                 texts = {"frames.json": "[" + ",".join(self._frames_json[:n_frames]) + "]"}
                 texts.update((name, json_text(table)) for name, table in tables.items())
-                columns = {
-                    "stack_parent": [array("i", b.stack_parent[:n_stacks])],
-                    "stack_frame": [array("i", b.stack_frame[:n_stacks])],
+                tables = {
+                    "stack_parent": array("i", b.stack_parent[:n_stacks]),
+                    "stack_frame": array("i", b.stack_frame[:n_stacks]),
                 }
                 # with the builder's lock held: no rows are taken off while they are converted
                 with atomic_file(self.path, "wb", private=True) as fh:  # private: a program's stacks
-                    write_zip(fh, texts, self._npy_members(columns, sources))
+                    write_zip(fh, texts, self._npy_members(tables, sources))
             self.written = recorded
         finally:
             self.lock.release()
         return time.thread_time() - start
 
-    def _sources(self) -> list:
-        """What the sample columns are made of, in row order: the folded rows, each native store's
-        completed ticks, the list columns (appended time first, cpu last)."""
+    def _sources(self) -> list[tuple[int, Callable[[int], Iterable[bytes]]]]:
+        """What the sample columns are made of, in row order: (rows, the bytes of column ``which``
+        of them, in chunks) of the folded rows, each native store's completed ticks, and the list
+        columns (appended time first, cpu last)."""
         b = self.builder
-        out: list = []
-        if b.folded.samples:
-            out.append(("rows", b.folded.rows()))
+        out = [_rows_source(b.folded.rows())] if b.folded.samples else []
         for store in b.sample_stores:
-            out.append(("store", store, store.completed_ticks))
+            ticks = store.completed_ticks
+            out.append((store.rows_in(0, ticks), partial(_store_chunks, store, ticks)))
         n = len(b.cpu)
-        out.append(("rows", (b.time[:n], b.thread[:n], b.stack[:n], b.wall[:n], b.cpu[:n])))
+        out.append(_rows_source((b.time[:n], b.thread[:n], b.stack[:n], b.wall[:n], b.cpu[:n])))
         return out
 
-    def _npy_members(self, tables: dict[str, list[array]], sources: list):
+    def _npy_members(self, tables: dict[str, array], sources: list):
         """(member name, iterator of byte chunks) of every column, the sample columns converted as
         they are written."""
-        for name, (chunk,) in tables.items():
-            yield name + ".npy", iter((_npy_header("i", 4, len(chunk)), chunk.tobytes()))
-        rows = 0
-        for source in sources:
-            rows += len(source[1][0]) if source[0] == "rows" else source[1].rows_in(0, source[2])
+        for name, column in tables.items():
+            yield name + ".npy", (_npy_header("i", len(column)), column.tobytes())
+        rows = sum(n for n, _ in sources)
         for which, name in enumerate(SAMPLE_COLUMNS):
-            yield name + ".npy", self._column_chunks(which, rows, sources)
+            header = _npy_header(_ARRAY_CODES[which], rows)
+            yield name + ".npy", chain((header,), *(chunks(which) for _, chunks in sources))
 
-    def _column_chunks(self, which: int, rows: int, sources: list):
-        code, size = _COLUMN_TYPES[which]
-        yield _npy_header(code, size, rows)
-        timed = which in (0, 3, 4)
-        for source in sources:
-            if source[0] == "rows":
-                values = source[1][which]
-                yield array(_ARRAY_CODES[which], _us(values) if timed else values).tobytes()
-                continue
-            store, ticks = source[1], source[2]
-            for first in range(0, ticks, CHUNK_TICKS):
-                yield store.part_column(which, first, min(CHUNK_TICKS, ticks - first))
+
+def _rows_source(columns: tuple) -> tuple[int, Callable[[int], Iterable[bytes]]]:
+    """A source of rows held as Python columns (time, thread, stack, wall, cpu)."""
+
+    def chunks(which: int) -> Iterable[bytes]:
+        values = columns[which]
+        yield array(_ARRAY_CODES[which], _us(values) if which in (0, 3, 4) else values).tobytes()
+
+    return len(columns[0]), chunks
+
+
+def _store_chunks(store, ticks: int, which: int) -> Iterable[bytes]:
+    """Column ``which`` of a native store's first ``ticks`` ticks, converted in C a chunk at a time."""
+    for first in range(0, ticks, CHUNK_TICKS):
+        yield store.part_column(which, first, min(CHUNK_TICKS, ticks - first))
 
 
 # -- the parent's side -------------------------------------------------------------------------
