@@ -4,7 +4,9 @@
  * hot loop. The Python hook (torch_hooks.TorchHooks._on_optimizer_step) cost a small PyTorch
  * loop about 1.5 % of its time; this one records (time, thread) in a C buffer and costs about
  * what calling an empty lambda does. Python drains the buffer into the profile's step marks.
- * Only the first live optimizer's steps count, as in the Python hook.
+ * Only the leading optimizer's steps count, by scopes.LeadingOptimizer's rule: the first that
+ * steps leads until it is gone or another steps twice in a row, which then leads from the first
+ * of those two steps.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,10 +24,12 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *first;       /* weak reference to the optimizer whose steps count, or NULL */
+    PyObject *leader;      /* weak reference to the optimizer whose steps count, or NULL */
+    PyObject *candidate;   /* weak reference to the last other optimizer that stepped, or NULL */
+    StepRow pending;       /* the candidate's step */
     StepRow *rows;
     Py_ssize_t n, cap;
-    uint64_t forks;        /* fork_count when the rows were recorded */
+    uint64_t forks;        /* fork_count when the rows and the candidate were recorded */
 } StepRecorder;
 
 /* Forks so far: a child drops the rows its parent recorded (the parent reports them). */
@@ -44,60 +48,82 @@ forget_parents_rows(StepRecorder *r)
 {
     if (r->forks != fork_count) {
         r->n = 0;
+        Py_CLEAR(r->candidate);
         r->forks = fork_count;
     }
 }
 
-/* The optimizer whose steps count: the first that stepped while it is alive, else ``optimizer``. */
+/* The object ``ref`` refers to, compared by identity only (the caller holds what it compares
+ * with), or NULL when ``ref`` is NULL or dead. */
 static PyObject *
-counted_optimizer(StepRecorder *r, PyObject *optimizer)
+referent(PyObject *ref)
 {
-    PyObject *first = NULL;
-    if (r->first != NULL) {
+    PyObject *obj = NULL;
+    if (ref == NULL)
+        return NULL;
 #if PY_VERSION_HEX >= 0x030D0000
-        if (PyWeakref_GetRef(r->first, &first) < 0)
-            PyErr_Clear();
-        Py_XDECREF(first);  /* compared by identity only, while the caller holds ``optimizer`` */
-#else
-        first = PyWeakref_GetObject(r->first);
-        if (first == Py_None)
-            first = NULL;
-#endif
-    }
-    if (first != NULL)
-        return first;
-    PyObject *ref = PyWeakref_NewRef(optimizer, NULL);
-    if (ref == NULL) {
+    if (PyWeakref_GetRef(ref, &obj) < 0)
         PyErr_Clear();
-        return NULL;  /* an optimizer that refuses weak references: no steps from it */
+    Py_XDECREF(obj);
+#else
+    obj = PyWeakref_GetObject(ref);
+    if (obj == Py_None)
+        obj = NULL;
+#endif
+    return obj;
+}
+
+/* Appends ``row``; 0 when out of memory (the step goes unmarked). */
+static int
+add_row(StepRecorder *r, const StepRow *row)
+{
+    if (r->n == r->cap) {
+        Py_ssize_t cap = r->cap ? r->cap * 2 : 1024;
+        StepRow *rows = PyMem_RawRealloc(r->rows, (size_t)cap * sizeof(StepRow));
+        if (rows == NULL)
+            return 0;
+        r->rows = rows;
+        r->cap = cap;
     }
-    Py_XSETREF(r->first, ref);
-    return optimizer;
+    r->rows[r->n++] = *row;
+    return 1;
 }
 
 /* hook(optimizer, args, kwargs), as torch calls it; never raises. */
 static PyObject *
 StepRecorder_call(StepRecorder *r, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) < 1 || counted_optimizer(r, PyTuple_GET_ITEM(args, 0)) != PyTuple_GET_ITEM(args, 0))
+    if (PyTuple_GET_SIZE(args) < 1)
         Py_RETURN_NONE;
+    PyObject *optimizer = PyTuple_GET_ITEM(args, 0);
     forget_parents_rows(r);
-    if (r->n == r->cap) {
-        Py_ssize_t cap = r->cap ? r->cap * 2 : 1024;
-        StepRow *rows = PyMem_RawRealloc(r->rows, (size_t)cap * sizeof(StepRow));
-        if (rows == NULL)
-            Py_RETURN_NONE;  /* out of memory: this step goes unmarked */
-        r->rows = rows;
-        r->cap = cap;
-    }
     if (cached_native_forks != fork_count) {  /* a thread's native id changes in a forked child */
         cached_native = PyThread_get_thread_native_id();
         cached_native_forks = fork_count;
     }
-    StepRow *row = &r->rows[r->n++];
-    row->time = flameprof_monotonic();
-    row->ident = PyThread_get_thread_ident();
-    row->native = cached_native;
+    StepRow row = {flameprof_monotonic(), PyThread_get_thread_ident(), cached_native};
+    PyObject *leader = referent(r->leader);
+    if (leader == optimizer) {
+        Py_CLEAR(r->candidate);
+        add_row(r, &row);
+        Py_RETURN_NONE;
+    }
+    PyObject *ref = PyWeakref_NewRef(optimizer, NULL);
+    if (ref == NULL) {  /* an optimizer that refuses weak references: no steps from it */
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int again = referent(r->candidate) == optimizer;
+    Py_CLEAR(r->candidate);
+    if (leader == NULL || again) {  /* the leader is gone, or this optimizer stepped twice in a row */
+        Py_XSETREF(r->leader, ref);
+        if (!again || add_row(r, &r->pending))
+            add_row(r, &row);
+    }
+    else {
+        r->candidate = ref;
+        r->pending = row;
+    }
     Py_RETURN_NONE;
 }
 
@@ -133,7 +159,8 @@ StepRecorder_init(StepRecorder *r, PyObject *args, PyObject *kwargs)
 static void
 StepRecorder_dealloc(StepRecorder *r)
 {
-    Py_XDECREF(r->first);
+    Py_XDECREF(r->leader);
+    Py_XDECREF(r->candidate);
     PyMem_RawFree(r->rows);
     Py_TYPE(r)->tp_free((PyObject *)r);
 }
@@ -149,7 +176,7 @@ static PyTypeObject StepRecorderType = {
     .tp_name = "flameprof._native.StepRecorder",
     .tp_basicsize = sizeof(StepRecorder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An optimizer post hook that records when the first live optimizer's step() returns.",
+    .tp_doc = "An optimizer post hook that records when the leading optimizer's step() returns.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)StepRecorder_init,
     .tp_dealloc = (destructor)StepRecorder_dealloc,

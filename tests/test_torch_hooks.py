@@ -1,6 +1,5 @@
 """Torch instrumentation while profiling: step and batch marks, backward layers, install and removal."""
 
-import gc
 import json
 import subprocess
 import sys
@@ -76,21 +75,35 @@ def test_explicit_flameprof_step_replaces_optimizer_steps(sampler_kind):
     assert [m.value for m in marks(p.profile, "step")] == ["user"] * 7
 
 
-def test_a_new_optimizer_counts_once_the_first_is_gone(sampler_kind):
+@pytest.mark.parametrize("first_kept", [True, False])
+def test_a_new_optimizer_counts_once_the_first_is_replaced(sampler_kind, first_kept):
+    """A second training stage with a new optimizer: its steps count from its first one, whether
+    the first optimizer is still referenced (it takes the lead on its second step in a row) or
+    already freed."""
     model = nn.Linear(3, 2)
     with Profiler(rate=1000) as p:
         first = torch.optim.SGD(model.parameters(), lr=0.1)
         train(model, [first], make_loader(2))
-        del first
-        # An optimizer may sit in a reference cycle. The Python sampler holds the frames it is
-        # walking (the `train` call's among them, with the list that held `first`): the sleep lets
-        # a walk that the collection interrupted finish, and the second collection frees the cycle.
-        gc.collect()
-        time.sleep(0.01)
-        gc.collect()
+        if not first_kept:
+            del first
+        second_stage = time.perf_counter() - flameprof.profiler.SESSION.sampler.t0
         train(model, [torch.optim.SGD(model.parameters(), lr=0.1)], make_loader(3))
     times = [m.time for m in marks(p.profile, "step")]
     assert len(times) == 5 and times == sorted(times)
+    assert times[1] < second_stage < times[2]
+
+
+def test_the_leading_optimizer_changes_only_on_a_second_step_in_a_row():
+    from flameprof.collect.engine.scopes import LeadingOptimizer
+
+    class Opt:
+        pass
+
+    a, b, c = Opt(), Opt(), Opt()
+    lead = LeadingOptimizer()
+    order = [a, b, a, b, a, c, b, a, b, b, a, b]  # alternating keeps a; b twice in a row takes over
+    counted = [lead.steps(opt, t) for t, opt in enumerate(order)]
+    assert counted == [[0], [], [2], [], [4], [], [], [7], [], [8, 9], [], [11]]
 
 
 def test_hooks_are_removed_when_profiling_stops():

@@ -176,8 +176,9 @@ def scope_end() -> None:
             return
 
 
-def mark(name: str, value: str = "") -> None:
-    """Record a timestamped event on this thread, on the sampler's time base.
+def mark(name: str, value: str = "", at: float | None = None) -> None:
+    """Record a timestamped event on this thread, on the sampler's time base (at ``at``, a
+    ``time.perf_counter()`` reading, else now).
 
     Called once per optimizer step in the program's loop, so the thread's index in the builder is
     looked up once per thread, session and process (a thread-local, which a reused thread ident
@@ -185,7 +186,7 @@ def mark(name: str, value: str = "") -> None:
     sampler, builder = _SAMPLER, _BUILDER
     if sampler is None or builder is None:
         return
-    now = time.perf_counter() - sampler.t0
+    now = (time.perf_counter() if at is None else at) - sampler.t0
     cached = getattr(_THREAD, "index", None)
     if cached is None or cached[0] != _SESSION or cached[1] != sampler.pid:
         thread = threading.current_thread()
@@ -196,20 +197,35 @@ def mark(name: str, value: str = "") -> None:
     builder.marks.append(Mark(now, cached[2], name, value))
 
 
-class FirstOptimizer:
-    """Tells the steps of the program's loop from optimizer steps: those of the first optimizer seen
-    (a GAN's second optimizer steps inside the same step), none once ``flameprof.step()`` is used."""
+class LeadingOptimizer:
+    """Tells the steps of the program's loop from optimizer steps: those of the leading optimizer.
+
+    The first optimizer that steps leads (a GAN's second optimizer steps inside the same step),
+    until it is gone or another one steps twice in a row (a second training stage with a new
+    optimizer, the first still referenced somewhere): that one then leads from the first of those
+    two steps. No steps count once ``flameprof.step()`` is used."""
 
     def __init__(self) -> None:
-        self._first: Callable[[], Any] | None = None
+        self._leader: Callable[[], Any] | None = None
+        self._candidate: Callable[[], Any] | None = None  # the last other optimizer that stepped
+        self._pending: Any = None  # what was passed for the candidate's step
 
-    def is_step(self, optimizer: Any) -> bool:
+    def steps(self, optimizer: Any, now: Any) -> list[Any]:
+        """The steps that ``optimizer.step()`` returning at ``now`` ends: [], [now] or, when
+        ``optimizer`` takes the lead, [the ``now`` of its previous step, now]."""
         if user_steps:
-            return False
-        first = self._first() if self._first is not None else None
-        if first is None:
-            self._first, first = weakref.ref(optimizer), optimizer
-        return first is optimizer
+            return []
+        leader = self._leader() if self._leader is not None else None
+        if leader is optimizer:
+            self._candidate = self._pending = None
+            return [now]
+        again = self._candidate is not None and self._candidate() is optimizer
+        if leader is None or again:  # the leader is gone, or this optimizer stepped twice in a row
+            steps = [self._pending, now] if again else [now]
+            self._leader, self._candidate, self._pending = weakref.ref(optimizer), None, None
+            return steps
+        self._candidate, self._pending = weakref.ref(optimizer), now
+        return []
 
 
 def step() -> None:

@@ -12,7 +12,8 @@ not changed while the program iterates them. The parts:
   to its source modules when it loads (compiled_layers.py), so a sample in generated code
   carries the layer that line computes;
 * ``step`` marks when an optimizer's ``step()`` returns (torch's global optimizer post hook; only
-  the first live optimizer counts, and none once the program calls ``flameprof.step()``); with
+  the leading optimizer counts, see ``scopes.LeadingOptimizer``, and none once the program calls
+  ``flameprof.step()``); with
   the C sampler the hook is ``_native.StepRecorder`` (native/steps.c), whose buffer is drained
   into the builder's marks when they are read;
 * ``batch`` marks when a DataLoader iterator hands out a batch (``_BaseDataLoaderIter.__next__``
@@ -29,6 +30,7 @@ import functools
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable
@@ -74,7 +76,7 @@ class TorchHooks:
         self._pending = ["layers", "compiled", "optimizer", "dataloader"]
         self._pending += ["backward"] if backward_layers else []
         self.window: Any = None  # a TraceWindow, installed once torch.optim is there
-        self._steps = scopes.FirstOptimizer()
+        self._steps = scopes.LeadingOptimizer()
         self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
         self._backward = threading.local()
 
@@ -150,8 +152,8 @@ class TorchHooks:
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
-            if self._steps.is_step(optimizer):
-                scopes.mark("step", "optimizer")
+            for at in self._steps.steps(optimizer, time.perf_counter()):
+                scopes.mark("step", "optimizer", at)
         except Exception:
             pass
 

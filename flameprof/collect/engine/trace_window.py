@@ -1,7 +1,7 @@
 """The traced window: torch.profiler (Kineto) driven over a few steps of the program's loop.
 
 Sampling goes on through the whole run; for steps ``first`` to ``last - 1`` (0-based, as a step is
-counted by the sampler: an optimizer step of the first optimizer, or ``flameprof.step()``) Kineto
+counted by the sampler: an optimizer step of the leading optimizer, or ``flameprof.step()``) Kineto
 also records every op with its shapes and memory events, and every device kernel and copy when
 there is a device. While the window is open, every module call is wrapped in a record_function
 annotation named by its layer path (``flameprof.layer: Net.0 (Linear)``, the samples' own names),
@@ -55,7 +55,7 @@ class TraceWindow:
         self._handles: list[Any] = []
         self._layers = threading.local()  # .open: (module, record_function) of this thread's calls
         self._step: Any = None  # the open step annotation
-        self._optimizer_steps = scopes.FirstOptimizer()
+        self._optimizer_steps = scopes.LeadingOptimizer()
         self._done = False
 
     # -- steps ----------------------------------------------------------------------------
@@ -69,8 +69,8 @@ class TraceWindow:
             self._open(torch)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """Steps as the sampler counts them (scopes.FirstOptimizer)."""
-        if self._optimizer_steps.is_step(optimizer):
+        """Steps as the sampler counts them (scopes.LeadingOptimizer)."""
+        for _ in self._optimizer_steps.steps(optimizer, None):
             self.on_step()
 
     def on_step(self) -> None:
