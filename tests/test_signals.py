@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,8 +103,8 @@ def _anywhere_in_work(lines: list[str]) -> list[str]:
     out: list[str] = []
     skipping = False
     for line in lines:
-        if line.startswith('  File "CASE/prog.py", line ') and line.endswith(", in work"):
-            out.append('  File "CASE/prog.py", in work')
+        if line.startswith("  File ") and line.endswith(", in work"):
+            out.append(line[: line.rindex(", line ")] + ", in work")
             skipping = True
         elif skipping and line.startswith("    "):
             continue  # the source line and its carets
@@ -253,13 +254,14 @@ def test_ctrl_c_on_a_terminal_reaches_the_program_once(tmp_path, way):
         "run", "-q", "-o", "out", *(["prog.py"] if way == "script" else ["--", sys.executable, "prog.py"])
     )
     profiled = run_in_terminal(argv, tmp_path)
+    uncoloured = [[re.sub(r"\x1b\[[0-9;]*m", "", line) for line in lines] for _, lines in (plain, profiled)]
     pid_free = [
-        [line.split(" ")[0] if line.startswith("ready") else line for line in lines]
-        for _, lines in (plain, profiled)
+        _anywhere_in_work([line.split(" ")[0] if line.startswith("ready") else line for line in lines])
+        for lines in uncoloured
     ]
     assert pid_free[0] == pid_free[1]
     assert profiled[0] == plain[0] == -signal.SIGINT
-    assert any("KeyboardInterrupt" in line for line in pid_free[1])  # 3.13 colours it on a terminal
+    assert "KeyboardInterrupt" in pid_free[1]
 
 
 @pytest.mark.parametrize("way", ["script", "command"])
