@@ -1083,8 +1083,6 @@ pending_sample(void *unused)
  * whole run made every thread switch every few dozen microseconds, which starved a collection that
  * ran finalizers until garbage piled up). */
 
-#define HOOK_SWITCH_INTERVAL 50  /* microseconds, while the clock thread runs the tick hooks */
-
 static unsigned long
 quick_switch_interval(void)
 {
@@ -1342,9 +1340,11 @@ clock_main(void *unused)
                 hooks_priority(0);
                 /* The hooks read /proc and write parts: each system call lets the GIL go, and
                  * while the program runs Python, taking it back waited a switch interval (5 ms),
-                 * so one run of the hooks kept the clock from ticking for 10-30 ms. */
+                 * so one run of the hooks kept the clock from ticking for 10-30 ms. The quicker
+                 * interval holds for every thread: shorter (50 us was tried) made 64 busy threads
+                 * switch so often that they lost a quarter of their work while a part was written,
+                 * and cut the hooks' own Python into slices that each waited for all 64. */
                 unsigned long saved = gil_switch_interval(0), quick = quick_switch_interval();
-                quick = quick > HOOK_SWITCH_INTERVAL ? HOOK_SWITCH_INTERVAL : quick;
                 if (quick < saved) {
                     clk.lowered_from = saved;
                     clk.lowered_to = gil_switch_interval(quick);

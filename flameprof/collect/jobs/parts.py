@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from functools import partial
 from itertools import chain
+from typing import IO
 
 from ...atomic import atomic_file
 from ...model.builder import ProfileBuilder
@@ -129,7 +130,7 @@ class PartWriter:
                 }
                 # with the builder's lock held: no rows are taken off while they are converted
                 with atomic_file(self.path, "wb", private=True) as fh:  # private: a program's stacks
-                    write_zip(fh, texts, self._npy_members(tables, sources))
+                    write_zip(_Appender(fh), texts, self._npy_members(tables, sources))
             self.written = recorded
         finally:
             self.lock.release()
@@ -157,6 +158,29 @@ class PartWriter:
         for which, name in enumerate(SAMPLE_COLUMNS):
             header = _npy_header(_ARRAY_CODES[which], rows)
             yield name + ".npy", chain((header,), *(chunks(which) for _, chunks in sources))
+
+
+class _Appender:
+    """A file written front to back, its position counted here: ``zipfile`` asks a seekable file
+    for its position dozens of times per part and seeks back to each member's header, and every
+    one of those is a system call that lets the GIL go, which the sampler's thread then waits to
+    take back behind the program's busy threads. Unseekable, the zip puts each member's sizes
+    after its data instead."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+        self._position = 0
+
+    def write(self, data: bytes) -> int:
+        self._fh.write(data)
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def flush(self) -> None:
+        self._fh.flush()
 
 
 def _rows_source(columns: tuple) -> tuple[int, Callable[[int], Iterable[bytes]]]:
