@@ -151,15 +151,21 @@ def test_part_writer_writes_new_samples_atomically_readable_by_storage(tmp_path)
     ]
 
 
-def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path):
+def spin_under_native_sampler(rate: float, seconds: float):
+    """(builder, stopped C sampler) after ``seconds`` of a spinning loop sampled at ``rate``."""
     native = pytest.importorskip("flameprof.collect.engine.c_sampler")
     b = ProfileBuilder()
-    sampler = native.CSampler(b, 500)
+    sampler = native.CSampler(b, rate)
     sampler.start()
-    end = time.perf_counter() + 0.2
+    end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
     sampler.stop()
+    return b, sampler
+
+
+def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path):
+    b, _ = spin_under_native_sampler(500, 0.2)
     writer = PartWriter(str(tmp_path), b, "h", 1)
     writer.write(ProcessInfo(1), {"pid": 1}, {})
     part, built = storage.load(writer.path), b.build()
@@ -173,17 +179,10 @@ def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path)
 def test_a_part_of_folded_samples_is_the_profile_the_builder_builds(tmp_path):
     """Past its memory budget a process's part holds the folded rows and the raw ones, as a profile
     built in the process would, read from the C buffers in chunks."""
-    native = pytest.importorskip("flameprof.collect.engine.c_sampler")
     from flameprof.collect.engine.memory_budget import MemoryBudget
     from flameprof.collect.jobs import parts
 
-    b = ProfileBuilder()
-    sampler = native.CSampler(b, 2000)
-    sampler.start()
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        pass
-    sampler.stop()
+    b, sampler = spin_under_native_sampler(2000, 0.3)
     MemoryBudget(b, 2**20).fold(len(sampler) * 12)  # about half the rows
     b.marks.append(Mark(0.01, 0, "step"))
     assert b.folded.samples and len(sampler)

@@ -26,13 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parts_directories(outdir: str) -> list[str]:
-    """The parts directories of the runs writing into ``outdir``."""
+def newest_parts_directory(outdir: str) -> str | None:
+    """The parts directory in ``outdir`` written into last: a running job's processes flush their
+    parts every second, and a run killed before its merge leaves its directory behind."""
+    from ..collect.jobs.tree import PARTS_PREFIX
+
     try:
-        names = sorted(os.listdir(outdir))
+        paths = [os.path.join(outdir, n) for n in os.listdir(outdir) if n.startswith(PARTS_PREFIX)]
+        return max(paths, key=os.path.getmtime, default=None)
     except OSError as exc:
         raise FlameprofError(f"snapshot: cannot read {outdir}: {exc.strerror or exc}") from None
-    return [os.path.join(outdir, n) for n in names if n.startswith(".flameprof-parts-")]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from ..model import storage
     from .run_rescue import SNAPSHOT
 
-    directories = parts_directories(args.outdir)
-    if not directories:
+    directory = newest_parts_directory(args.outdir)
+    if directory is None:
         raise FlameprofError(f"snapshot: no run is writing into {args.outdir} (no parts directory there)")
-    tree = ProcessTree.existing(directories[-1])
+    tree = ProcessTree.existing(directory)
     profile = tree.snapshot()
     if profile is None:
         raise FlameprofError(f"snapshot: nothing flushed yet in {args.outdir}; try again in a second")

@@ -19,6 +19,7 @@ from .parts import part_files, wait_for_parts
 if TYPE_CHECKING:
     from ...model.profile import Profile
 
+PARTS_PREFIX = ".flameprof-parts-"  # a run's parts directory, in its output directory
 EXIT_GRACE = 3.0  # seconds to wait for children still running to write their final part
 
 
@@ -37,7 +38,7 @@ class ProcessTree:
         trace_steps: tuple[int, int] | None = None,
         max_memory: int | None = None,
     ) -> None:
-        self.directory = tempfile.mkdtemp(prefix=".flameprof-parts-", dir=outdir)
+        self.directory = tempfile.mkdtemp(prefix=PARTS_PREFIX, dir=outdir)
         self.rate = rate
         self.max_memory = max_memory  # each process's budget (None: the default)
         self.whole_tree = whole_tree
