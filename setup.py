@@ -1,5 +1,6 @@
-"""Builds the optional C extensions: the sampler ``flameprof._native`` and the folded-text reader
-``flameprof._folded``; metadata lives in pyproject.toml.
+"""Builds the optional C extensions: the sampler ``flameprof._native``, the folded-text reader
+``flameprof._folded``, the perf script collapser ``flameprof._perf`` and attach's injector
+``flameprof._inject``; metadata lives in pyproject.toml.
 
 ``optional=True``: when the compiler or headers are missing the install still succeeds and
 flameprof falls back to its pure-Python sampler (with a one-time warning) and folded reader.
@@ -17,9 +18,21 @@ setup(
             optional=True,
         ),
         Extension(
+            "flameprof._inject",
+            sources=["native/inject.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+            optional=True,
+        ),
+        Extension(
             "flameprof._folded",
             sources=["native/folded.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
+            optional=True,
+        ),
+        Extension(
+            "flameprof._perf",
+            sources=["native/perf_collapse.c"],
+            extra_compile_args=["-O2", "-std=gnu99", "-Wall"],
             optional=True,
         ),
     ]

@@ -1,6 +1,8 @@
 # Types of flameprof._folded, the C reader of folded stacks (native/folded.c).
 from collections.abc import Callable
+from typing import final
 
+@final  # a C type: not subclassable
 class FoldedParser:
     """Collapsed-stack text fed in chunks -> stack table and lines."""
 

@@ -1,10 +1,11 @@
 # Types of flameprof._native, the C sampler (native/sampler.c, native/steps.c).
 from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, final
 
 from flameprof.model.records import Frame
 
+@final  # a C type: not subclassable
 class Sampler:
     """Per-tick stack sampling of all threads into compact C buffers."""
 
@@ -45,6 +46,7 @@ class Sampler:
         self, interval: float, on_slow: Callable[[], object] | None, slow_interval: float, /
     ) -> None: ...
 
+@final  # a C type: not subclassable
 class StepRecorder:
     """An optimizer post hook that records when the leading optimizer's step() returns."""
 

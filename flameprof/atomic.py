@@ -16,9 +16,17 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, Any
 
 TEXT = {"encoding": "utf-8", "errors": "backslashreplace"}
+
+
+def _encoding(mode: str) -> str | None:
+    return None if "b" in mode else TEXT["encoding"]
+
+
+def _errors(mode: str) -> str | None:
+    return None if "b" in mode else TEXT["errors"]
 
 
 def _umask() -> int:
@@ -50,7 +58,7 @@ def write_bytes(path: str, data: bytes, private: bool = False) -> None:
 
 
 @contextmanager
-def atomic_file(path: str, mode: str = "w", private: bool = False) -> Iterator[IO]:
+def atomic_file(path: str, mode: str = "w", private: bool = False) -> Iterator[IO[Any]]:
     """A file to stream into at ``path`` (see the module's docstring)."""
     target = os.path.realpath(path)  # a symbolic link stays; what it points to is written
     try:
@@ -58,14 +66,14 @@ def atomic_file(path: str, mode: str = "w", private: bool = False) -> Iterator[I
     except FileNotFoundError:
         kind = stat.S_IFREG
     if stat.S_ISFIFO(kind) or stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
-        with open(target, mode, **({} if "b" in mode else TEXT)) as fh:
+        with open(target, mode, encoding=_encoding(mode), errors=_errors(mode)) as fh:
             yield fh
         return
     if not stat.S_ISREG(kind):
         raise OSError(errno.EISDIR if stat.S_ISDIR(kind) else errno.EINVAL, "not a regular file", path)
     fd, tmp = tempfile.mkstemp(prefix=".flameprof-", suffix=".tmp", dir=os.path.dirname(target))
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else TEXT)) as fh:
+        with os.fdopen(fd, mode, encoding=_encoding(mode), errors=_errors(mode)) as fh:
             yield fh
         if not private:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions

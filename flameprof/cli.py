@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from . import __version__
 from .errors import FlameprofError
@@ -29,7 +30,7 @@ COMMANDS = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other flameprof error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other flameprof error
         raise FlameprofError(f"{self.prog}: {message}")
 
 

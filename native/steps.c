@@ -6,7 +6,8 @@
  * what calling an empty lambda does. Python drains the buffer into the profile's step marks.
  * Only the leading optimizer's steps count, by scopes.LeadingOptimizer's rule: the first that
  * steps leads until it is gone or another steps twice in a row, which then leads from the first
- * of those two steps.
+ * of those two steps. A step nested in another step wrapper (a subclass's ``step`` calling
+ * ``super().step()``) is not one: see optimizer_steps.is_nested_step, its Python twin.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -89,11 +90,37 @@ add_row(StepRecorder *r, const StepRow *row)
     return 1;
 }
 
+#define NESTED_DEPTH 16  /* optimizer_steps.NESTED_DEPTH */
+
+/* Whether the step wrapper that calls this hook (the running frame) was called from another step
+ * wrapper: the same code at most NESTED_DEPTH frames further out. */
+static int
+nested_step(void)
+{
+    PyFrameObject *wrapper = PyEval_GetFrame();  /* borrowed */
+    if (wrapper == NULL)
+        return 0;
+    PyCodeObject *code = PyFrame_GetCode(wrapper);
+    PyFrameObject *frame = PyFrame_GetBack(wrapper);
+    int nested = 0;
+    for (int i = 0; frame != NULL && i < NESTED_DEPTH && !nested; i++) {
+        PyCodeObject *outer = PyFrame_GetCode(frame);
+        nested = outer == code;
+        Py_DECREF(outer);
+        PyFrameObject *back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    Py_XDECREF(frame);
+    Py_DECREF(code);
+    return nested;
+}
+
 /* hook(optimizer, args, kwargs), as torch calls it; never raises. */
 static PyObject *
 StepRecorder_call(StepRecorder *r, PyObject *args, PyObject *kwargs)
 {
-    if (PyTuple_GET_SIZE(args) < 1)
+    if (PyTuple_GET_SIZE(args) < 1 || nested_step())
         Py_RETURN_NONE;
     PyObject *optimizer = PyTuple_GET_ITEM(args, 0);
     forget_parents_rows(r);

@@ -1,8 +1,11 @@
-"""How long ``flameprof attach`` stops the process it attaches to, next to py-spy and to no attach.
+"""How long ``flameprof attach`` stops the process it attaches to, next to py-spy, to gdb's route
+and to no attach.
 
 The target records the gaps between its own loop iterations (each sleeps 0.5 ms); the longest
 gap while an attach runs is the pause the attach caused (plus the machine's own scheduling noise,
-which the no-attach rounds show). Rounds are interleaved and only medians are compared.
+which the no-attach rounds show). Rounds are interleaved and only medians are compared. "gdb
+route" is what flameprof attach did before its own injector (until 2026-11): gdb attaches to every
+thread and calls mmap in the process; measured only where gdb is installed.
 
     python scripts/bench_attach.py              # 5 rounds
     python scripts/bench_attach.py --rounds 9
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,10 +37,36 @@ print(longest)
 """
 
 
+# gdb as flameprof ran it: no debug info, no symbols beyond libc's and libpython's, one call
+GDB_ROUTE = [
+    "gdb",
+    "-q",
+    "-batch",
+    "-nx",
+    "--readnever",
+    "-iex",
+    "set auto-load off",
+    "-iex",
+    "set auto-solib-add off",
+    "-iex",
+    "set libthread-db-search-path",
+    "-iex",
+    "set debuginfod enabled off",
+    "-ex",
+    "sharedlibrary libc",
+    "-ex",
+    "sharedlibrary libpython",
+    "-ex",
+    "call (long)((void *(*)(void *, unsigned long, int, int, int, long))mmap)(0, 4096, 3, 0x22, -1, 0)",
+]
+
+
 def longest_gap(backend: str | None, out: str) -> float:
     target = subprocess.Popen([sys.executable, "-c", TARGET, "4"], stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    if backend:
+    if backend == "gdb":
+        subprocess.run(GDB_ROUTE + ["-p", str(target.pid)], capture_output=True, check=True)
+    elif backend:
         env = dict(os.environ, PYTHONPATH=REPO)
         subprocess.run(
             [
@@ -66,6 +96,8 @@ def main() -> None:
     parser.add_argument("-o", "--output", default="/tmp/flameprof-bench-attach")
     args = parser.parse_args()
     configs = {"no attach": None, "inject": "inject", "py-spy": "py-spy"}
+    if shutil.which("gdb"):
+        configs["gdb route"] = "gdb"
     gaps: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(args.rounds):
         for name, backend in configs.items():

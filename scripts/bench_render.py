@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: ``flameprof render`` against ``perl flamegraph.pl`` on a large folded file (the target: at least
-10x faster on 1,000,000 lines, and an SVG no larger at the same ``--minwidth``).
+30x faster on 1,000,000 lines, and an SVG at most half as large at the same ``--minwidth``).
 
 Generates a realistic collapsed-stack file (deep Python/PyTorch-like stacks, all lines distinct, heavy-tailed
 counts), then times both renderers side by side, interleaved, and prints the median times, their

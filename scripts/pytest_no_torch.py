@@ -1,7 +1,7 @@
 """pytest plugin used by scripts/test_pythons.sh: deselects the tests that need PyTorch, in venvs without it.
 
-A test needs torch when its own source imports it, uses ``torch.``/``torchrun``, or reads a
-module-level string that imports it (a script the test runs in a subprocess).
+A test needs torch when its own source or a fixture it uses imports it, uses ``torch.``/``torchrun``,
+or reads a module-level string that imports it (a script the test runs in a subprocess).
 """
 
 from __future__ import annotations
@@ -27,8 +27,16 @@ def needs_torch(function) -> bool:
     return False
 
 
+def item_needs_torch(item) -> bool:
+    if not getattr(item, "function", None):
+        return False
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    functions = [item.function] + [d.func for defs in fixtures.values() for d in defs]
+    return any(needs_torch(f) for f in functions)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    dropped = [item for item in items if getattr(item, "function", None) and needs_torch(item.function)]
+    dropped = [item for item in items if item_needs_torch(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]

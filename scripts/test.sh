@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The test extra: pytest and its helpers, ruff, the frameworks the integration tests drive
+# The test extra: pytest and its helpers, ruff and mypy, the frameworks the integration tests drive
 # (Lightning, Hugging Face, a Jupyter kernel), and the overhead benchmark's comparison
 # (pyinstrument). torch stays pinned in the same command, so no framework can ask pip for
 # another build.
@@ -18,4 +18,6 @@ if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; the
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# the type checker: its settings (strict on the model and the analyses) are in pyproject.toml
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q "$@"

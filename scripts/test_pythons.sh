@@ -38,10 +38,10 @@ for minor in $PYTHONS; do
   venv=.venvs/py$minor
   echo "== CPython $minor ($interp)"
   if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/py-spy" ] \
-     || ! "$venv/bin/python" -c "import hypothesis, numpy, psutil, pytest, pytest_rerunfailures, setuptools, websocket" 2>/dev/null; then
+     || ! "$venv/bin/python" -c "import hypothesis, numpy, orjson, psutil, pytest, pytest_rerunfailures, setuptools, websocket" 2>/dev/null; then
     rm -rf "$venv"
     "$interp" -m venv "$venv"
-    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy psutil py-spy \
+    if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy "orjson>=3.9" psutil py-spy \
          "pytest>=7" "hypothesis>=6.100" "websocket-client>=1.6" "pytest-rerunfailures>=14" \
          > "$venv/setup.log" 2>&1; then
       cat "$venv/setup.log" >&2
@@ -58,7 +58,7 @@ for minor in $PYTHONS; do
     # The extensions are optional (a failed build is only a warning): remove the old ones first,
     # so a failed build shows as a failed import below instead of leaving a stale library.
     # Removing (not overwriting) also leaves any process that has them loaded unharmed.
-    rm -f "$so" "flameprof/_folded${so#flameprof/_native}"
+    for ext in _native _folded _inject _perf; do rm -f "flameprof/$ext${so#flameprof/_native}"; done
     # no build isolation: the venv already has setuptools, and nothing needs fetching per run
     if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e . \
          > "$venv/install.log" 2>&1; then
@@ -67,8 +67,8 @@ for minor in $PYTHONS; do
       continue
     fi
   fi
-  if ! (cd "$venv" && bin/python -c "import flameprof._native, flameprof._folded"); then
-    echo "test_pythons: CPython $minor: flameprof._native or flameprof._folded did not build or import" >&2
+  if ! (cd "$venv" && bin/python -c "import flameprof._native, flameprof._folded, flameprof._inject, flameprof._perf"); then
+    echo "test_pythons: CPython $minor: a C extension of flameprof did not build or import" >&2
     cat "$venv/install.log" >&2
     status=1
     continue

@@ -57,3 +57,21 @@ def write_script(tmp_path):
         return str(path)
 
     return write
+
+
+@pytest.fixture(params=["native", "python"])
+def sampler_kind(request, monkeypatch):
+    """Both samplers: the C one (``flameprof._native``) and its Python twin."""
+    monkeypatch.setenv("FLAMEPROF_NATIVE", "1" if request.param == "native" else "0")
+    return request.param
+
+
+@pytest.fixture
+def one_thread():
+    """PyTorch's ops on one thread, so a loop's own timers and its samples see the same work."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

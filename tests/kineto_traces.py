@@ -96,3 +96,39 @@ def gpu_step() -> dict:
         "baseTimeNanoseconds": BASE_NS,
         "traceEvents": events,
     }
+
+
+# What a reader must find in DDP_STEP, on the loop thread (microseconds of its own time).
+DDP_PHASES_US = {"forward": 300, "backward": 290, "optimizer": 200, "comm": 50, "other": 160}
+
+
+def ddp_step() -> dict:
+    """One DistributedDataParallel step as torch.profiler records it on a GPU, with the program's own
+    phase annotations (``## forward ##``) but none around backward. The loop thread's step [0, 1000):
+    forward [0, 300), then it waits in ``backward()`` [300, 700) with no event of its own while
+    autograd's device thread runs the backward [310, 600) (an autograd node, DDP's bucket copy and
+    its all_reduce), the optimizer [700, 900), a broadcast [900, 950), and 50 us of untraced work."""
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 1000),
+        _x("user_annotation", "## forward ##", 0, 300),
+        _x("user_annotation", "DistributedDataParallel.forward", 5, 290),
+        _x("cpu_op", "aten::linear", 10, 280, **{"Sequence number": 9}),
+        _x("cpu_op", "aten::addmm", 20, 260, **{"Sequence number": 9}),
+        _x(
+            "cpu_op",
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            310,
+            190,
+            tid=AUTOGRAD,
+            **{"Sequence number": 9, "Fwd thread id": 1},
+        ),  # fmt: skip
+        _x("cpu_op", "AddmmBackward0", 315, 180, tid=AUTOGRAD, **{"Sequence number": 9}),
+        _x("cpu_op", "torch.distributed.ddp.reducer::copy_bucket_to_grad", 500, 20, tid=AUTOGRAD),
+        _x("user_annotation", "nccl:all_reduce", 520, 80, tid=AUTOGRAD),
+        _x("cpu_op", "c10d::allreduce_", 525, 70, tid=AUTOGRAD),
+        _x("user_annotation", "## optimizer ##", 700, 200),
+        _x("user_annotation", "Optimizer.step#SGD.step", 710, 180),
+        _x("cpu_op", "aten::add_", 720, 160),
+        _x("cpu_op", "c10d::broadcast_", 900, 50),
+    ]
+    return {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": events}

@@ -1,4 +1,4 @@
-"""flameprof attach: real target processes, attached with gdb injection and with py-spy."""
+"""flameprof attach: real target processes, attached by injection and with py-spy."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def state(*_):
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1)
     handlers = [str(signal.getsignal(s)) for s in watched]
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "torch"))
-    say("state", names, handlers, sorted(globals()), sys.path[:3], heavy)
+    say("state", names, handlers, sorted(globals()), sys.path[:3], heavy, sys.getswitchinterval())
 
 signal.signal(signal.SIGUSR1, state)
 signal.signal(signal.SIGUSR2, lambda *_: sys.exit(0))
@@ -364,15 +364,26 @@ def test_inject_into_other_python_versions(tmp_path, version):
         t.close()
 
 
-def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path):
+# flameprof as installed where the injector could not be built (no compiler at install time)
+WITHOUT_INJECTOR = (
+    "import sys; sys.modules['flameprof._inject'] = None; from flameprof.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_without_the_injector_falls_back_to_pyspy_and_without_both_fails(target, tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "py-spy").symlink_to(find_pyspy())
-    proc = run_flameprof(
-        "attach", target.pid, "--duration", "1", "-q", "-o", str(tmp_path / "out"), env={"PATH": str(bin_dir)}
+    python = bin_dir / "python"
+    python.symlink_to(os.path.realpath(sys.executable))
+    env = {"PATH": str(bin_dir), "PYTHONPATH": REPO + os.pathsep + os.pathsep.join(p for p in sys.path if p)}
+    argv = [str(python), "-c", WITHOUT_INJECTOR, "attach", str(target.pid), "--duration", "1"]
+    proc = subprocess.run(
+        [*argv, "-q", "-o", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert "gdb is not installed" in proc.stderr and "using py-spy instead" in proc.stderr
+    assert "the injector was not built" in proc.stderr and "using py-spy instead" in proc.stderr
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
     assert profile.meta["backend"] == "py-spy" and profile.meta["pid"] == target.proc.pid
     spin = [f for f in profile.frames if f.name == "spin_here"]
@@ -380,28 +391,11 @@ def test_without_gdb_falls_back_to_pyspy_and_without_both_fails(target, tmp_path
     assert spin and spin[0].file.endswith("target.py") and spin[0].line == first_line  # full path, first line
     assert {t.pid for t in profile.threads} == {target.proc.pid}
     assert target.proc.poll() is None
-    (bin_dir / "py-spy").unlink()
-    python = bin_dir / "python"  # an interpreter with no py-spy beside it
-    python.symlink_to(os.path.realpath(sys.executable))
-    env = {"PATH": str(bin_dir), "PYTHONPATH": REPO + os.pathsep + os.pathsep.join(p for p in sys.path if p)}
+    (bin_dir / "py-spy").unlink()  # an interpreter with no py-spy beside it
     proc = subprocess.run(
-        [
-            str(python),
-            "-m",
-            "flameprof",
-            "attach",
-            str(target.pid),
-            "--duration",
-            "1",
-            "-o",
-            str(tmp_path / "out"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [*argv, "-o", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60
     )
-    assert_one_error_line(proc, "gdb is not installed", "py-spy")
+    assert_one_error_line(proc, "the injector was not built", "py-spy")
 
 
 def can_unshare() -> bool:

@@ -5,16 +5,20 @@ they fail, so a broken browser setup is never a silent pass."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
+import zlib
 
 import pytest
 from synthetic import training_profile
@@ -286,3 +290,110 @@ def test_html_report(browser, tmp_path):
     assert browser.js("document.getElementById('t1').textContent") == LINEAR
     assert browser.errors() == []
     assert [u for u in browser.requests() if u != "file://" + path] == []  # everything is in the file
+
+
+def png_pixel(data: bytes) -> tuple[int, int, int]:
+    """The first pixel of a PNG Chromium wrote (8 bits a channel, RGB or RGBA, not interlaced)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, channels = 8, b"", 0
+    while pos < len(data):
+        size = struct.unpack(">I", data[pos : pos + 4])[0]
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + size]
+        if kind == b"IHDR":
+            depth, colour, interlace = body[8], body[9], body[12]
+            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + size
+    row = zlib.decompress(idat)
+    assert row[0] <= 4, row[0]  # every filter predicts 0 for the first row's first pixel: stored as it is
+    return tuple(row[1 : 1 + channels][:3])
+
+
+def test_the_demo_opens_on_its_loop(browser, tmp_path):
+    """``flameprof demo``'s flame graph at 1400x900: under 1,000 pixels high, no importlib chain, and its
+    layers painted on the first screen (a screenshot's pixel in each layer over 100 px wide is its colour)."""
+    out = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "flameprof", "demo", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    svg = (out / "profile.svg").read_text()
+    height = int(re.search(r'<svg[^>]* height="(\d+)"', svg).group(1))
+    assert height < 1000
+    assert 'n="import torch"' in svg and "_find_and_load" not in svg and 'n="startup"' in svg
+    browser.call(
+        "Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False
+    )
+    try:
+        browser.open(str(out / "profile.svg"))
+        layers = browser.js(
+            "Array.prototype.filter.call(document.querySelectorAll('#f rect'), "
+            "r => /^y/.test(r.getAttribute('class')))"
+            ".map(r => { var b = r.getBoundingClientRect(); "
+            "return [r.getAttribute('n'), b.x, b.y, b.width, b.height, getComputedStyle(r).fill]; })"
+            ".filter(l => l[3] > 100).sort((a, b) => b[3] - a[3])"
+        )
+        assert len(layers) >= 2 and layers[0][0] == "SmallCNN", layers  # the model and its features
+        for name, x, y, width, h, fill in layers:
+            assert 0 <= y and y + h <= 900 and 0 <= x and x + width <= 1400, (name, x, y, width)
+            shot = browser.call(
+                "Page.captureScreenshot",
+                format="png",
+                clip={
+                    "x": x + width - 3,
+                    "y": y + h / 2,
+                    "width": 1,
+                    "height": 1,
+                    "scale": 1,
+                },  # past its label
+            )
+            painted = png_pixel(base64.b64decode(shot["data"]))
+            expected = tuple(int(v) for v in re.findall(r"\d+", fill)[:3])
+            assert max(abs(a - b) for a, b in zip(painted, expected)) <= 2, (name, painted, fill)
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    assert browser.errors() == []
+
+
+def _fill(b: Browser, name: str) -> str:
+    return b.js(f"getComputedStyle({frame(name)}).fill")
+
+
+def _rgb(color: str) -> str:
+    return "rgb({}, {}, {})".format(*(int(color[i : i + 2], 16) for i in (1, 3, 5)))
+
+
+def test_frames_coloured_by_phase_in_the_svg_and_by_the_html_reports_toggle(browser, tmp_path):
+    from flameprof.render.svg import PHASE_COLORS
+
+    profile = training_profile(TICKS)
+    [svg] = write_formats(Rendering(profile, OutputOptions(color="phase")), str(tmp_path / "phase"), ("svg",))
+    browser.open(svg)
+    assert _fill(browser, ENCODER) == _rgb(PHASE_COLORS["forward"])
+    assert _fill(browser, "SGD.step (torch/optim/sgd.py:80)") == _rgb(PHASE_COLORS["optimizer"])
+    legend = browser.js(
+        "Array.prototype.map.call(document.querySelectorAll('#plegend text'), t => t.textContent)"
+    )
+    assert legend == ["data.wait", "forward", "backward", "optimizer", "other"]
+    assert browser.js("getComputedStyle(document.getElementById('legend')).display") == "none"
+
+    [page] = write_formats(Rendering(profile, OutputOptions()), str(tmp_path / "report"), ("html",))
+    browser.open(page)
+    kind_fill = _fill(browser, ENCODER)
+    assert kind_fill != _rgb(PHASE_COLORS["forward"])
+    browser.click("document.getElementById('fp-color-phase')")
+    assert _fill(browser, ENCODER) == _rgb(PHASE_COLORS["forward"])
+    assert _fill(
+        browser, "_MultiProcessingDataLoaderIter._get_data (torch/utils/data/dataloader.py:1300)"
+    ) == _rgb(PHASE_COLORS["data.wait"])
+    assert browser.js("getComputedStyle(document.getElementById('plegend')).display") != "none"
+    browser.ctrl_f("^linear ")  # a search's highlight still shows over the phase colours
+    assert browser.js("getComputedStyle(document.querySelector('#f rect.hl')).fill") == "rgb(224, 60, 224)"
+    browser.click("document.getElementById('fp-color-phase')")
+    assert _fill(browser, ENCODER) == kind_fill
+    assert browser.errors() == []

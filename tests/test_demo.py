@@ -22,7 +22,7 @@ def test_cnn_example_steps_are_counted_and_layers_named(capsys):
         cnn_train.main(["--steps", "6", "--batch-size", "16"])
     assert "6 steps in" in capsys.readouterr().out
     layers, counts = kinds_and_marks(p.profile)
-    assert counts == {"step": 6, "batch": 6}
+    assert counts == {"step": 6, "batch": 6, "backward": 6, "forward": 6}
     assert "SmallCNN" in layers and any(name.startswith("SmallCNN.features.") for name in layers)
 
 
@@ -42,7 +42,7 @@ def test_inference_example_serves_every_batch(capsys):
     with Profiler(rate=1000) as p:
         inference.main(["--steps", "5", "--batch-size", "32"])
     assert "served 160 requests" in capsys.readouterr().out
-    assert kinds_and_marks(p.profile)[1] == {"batch": 5}
+    assert kinds_and_marks(p.profile)[1] == {"batch": 5, "forward": 5}  # a step per model call
 
 
 def test_demo_command_profiles_an_example_and_says_where_the_flame_graph_is(tmp_path):

@@ -23,9 +23,14 @@ ALLOWED = {
     "render": {"base", "model", "analyze", "render"},
     "top": {"base", "model", "collect", "analyze", "render", "top"},
 }
-BASE = {"flameprof", "flameprof.errors", "flameprof.atomic", "flameprof._native", "flameprof._folded"}
-# Run by gdb inside the attached process, never imported.
-NOT_MODULES = {"flameprof.collect.attach.gdb_program"}
+BASE = {
+    "flameprof",
+    "flameprof.errors",
+    "flameprof.atomic",
+    "flameprof._native",
+    "flameprof._folded",
+    "flameprof._inject",
+}
 
 
 def stage(module: str) -> str:
@@ -43,8 +48,7 @@ def modules() -> dict[str, str]:
             if name.endswith(".py"):
                 path = os.path.join(directory, name)
                 dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")
-                if dotted not in NOT_MODULES:
-                    out[dotted] = path
+                out[dotted] = path
     return out
 
 

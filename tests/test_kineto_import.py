@@ -10,12 +10,14 @@ import torch
 from conftest import assert_one_error_line, run_flameprof
 from kineto_traces import (
     COPY_BYTES,
+    DDP_PHASES_US,
     DEVICE_BUSY_US,
     IDLE_DATA_US,
     IDLE_SYNC_US,
     IDLE_US,
     LINEAR_FLOPS,
     LINEAR_KERNEL_US,
+    ddp_step,
     gpu_step,
 )
 from torch import nn
@@ -25,7 +27,7 @@ from flameprof.analyze.views import display_stacks
 from flameprof.collect.importers.kineto import decode_document, read_trace
 from flameprof.collect.importers.load import load_bytes
 from flameprof.model import storage
-from flameprof.model.trace import OP
+from flameprof.model.trace import OP, TRACE_PHASES
 
 
 def _report(tmp_path, doc: dict, name: str = "trace.json") -> dict:
@@ -103,6 +105,38 @@ def test_gpu_step_layers_ops_and_memory(tmp_path):
     # on autograd's device thread)
     assert data["phases"]["optimizer"]["seconds"] == pytest.approx(50e-6, abs=1e-9)
     assert data["phases"]["data"]["seconds"] == pytest.approx(300e-6, abs=1e-9)
+
+
+def test_phases_come_from_the_trace_structure_wherever_its_threads_run_them(tmp_path):
+    data = _report(tmp_path, ddp_step())
+    seconds = {name: row["seconds"] for name, row in data["phases"].items()}
+    for phase, us in DDP_PHASES_US.items():  # the loop thread, which waited in backward() unannotated
+        assert seconds[phase] == pytest.approx(us * 1e-6, abs=1e-9), (phase, seconds)
+    # the ops themselves: autograd's thread is backward but for its collectives
+    profile = load_bytes(json.dumps(ddp_step()).encode(), "ddp.json")
+    trace = profile.trace
+    phase = {trace.names[n]: TRACE_PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
+    assert phase["torch.distributed.ddp.reducer::copy_bucket_to_grad"] == "backward"
+    assert phase["AddmmBackward0"] == "backward"
+    assert phase["c10d::allreduce_"] == phase["c10d::broadcast_"] == "comm"
+    assert phase["aten::addmm"] == "forward" and phase["aten::add_"] == "optimizer"
+
+
+def test_a_cpu_trace_keeps_its_loop_thread_out_of_the_autograd_engine(tmp_path):
+    # on a CPU the thread that calls backward() runs it: without steps or module annotations its
+    # forward ops stay its own, never the engine's backward
+    torch.manual_seed(0)
+    model, batch = Net(), torch.randn(4, 3, 16, 16)
+    with torch.profiler.profile() as prof:
+        for _ in range(3):
+            model(batch).sum().backward()
+    path = str(tmp_path / "cpu.json")
+    prof.export_chrome_trace(path)
+    trace, _ = read_trace(decode_document(open(path, "rb").read(), path), path)
+    phase = {trace.names[n]: TRACE_PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
+    assert phase["aten::conv2d"] == "other" and phase[
+        "autograd::engine::evaluate_function: AddmmBackward0"
+    ] == ("backward")
 
 
 def test_flameprof_file_keeps_the_trace(tmp_path):

@@ -1,6 +1,6 @@
 """A wheel built from the sources holds the files flameprof reads at run time but never imports:
-the inlined assets, the children's sitecustomize, the program gdb runs in an attached process;
-and the type stubs of the C extensions, which name what the built extensions define."""
+the inlined assets and the children's sitecustomize; and the type stubs of the C extensions, which
+name what the built extensions define."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ READ_AT_RUN_TIME = (
     "flameprof/render/assets/flamegraph.css",
     "flameprof/render/assets/report.css",
     "flameprof/collect/jobs/startup/sitecustomize.py",
-    "flameprof/collect/attach/gdb_program.py",
     "flameprof/_native.pyi",
     "flameprof/_folded.pyi",
+    "flameprof/_inject.pyi",
+    "flameprof/_perf.pyi",
 )
 
 
@@ -54,7 +55,7 @@ def test_wheel_ships_the_files_read_at_run_time(tmp_path):
     assert not missing, missing
 
 
-@pytest.mark.parametrize("module", ["_native", "_folded"])
+@pytest.mark.parametrize("module", ["_native", "_folded", "_inject", "_perf"])
 def test_stubs_name_what_the_extension_defines(module):
     """Every public name of the built extension (and of each class) is in its .pyi, and no other."""
     built = importlib.import_module(f"flameprof.{module}")

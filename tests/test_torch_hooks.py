@@ -41,13 +41,6 @@ def make_loader(batches=5):
     return DataLoader(data, batch_size=4)
 
 
-@pytest.fixture(params=["native", "python"])
-def sampler_kind(request, monkeypatch):
-    """Both samplers: with the C one the step hook is ``_native.StepRecorder``, else a Python function."""
-    monkeypatch.setenv("FLAMEPROF_NATIVE", "1" if request.param == "native" else "0")
-    return request.param
-
-
 def test_optimizer_steps_and_batches_are_counted_once_per_iteration(sampler_kind):
     model = nn.Linear(3, 2)
     gen = torch.optim.SGD(model.parameters(), lr=0.1)

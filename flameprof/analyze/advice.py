@@ -3,7 +3,9 @@
 Thresholds are the field's usual ones: HIGHLY input-bound when data loading (``data.wait`` +
 ``data.fetch``) is at least 20 % of steady-state step time, MODERATELY at 5 %, otherwise not.
 Without steps, the loop thread's whole run is the basis. Each piece of advice is emitted only when
-the profile shows the problem, and says how much time it is about.
+the profile shows the problem, and says how much time it is about; one that names a remedy checks
+the profile for what the remedy assumes (more DataLoader workers help only when the workers are
+busy while the loop waits; persistent workers only when workers restart during the run).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
 from .phases import LEAF_PHASES
+from .processes import analyze_processes
 from .steps import data_share
 
 HIGHLY = 0.20
@@ -25,6 +28,7 @@ COMM_ADVICE = 0.10  # collective waits worth a note
 DISPATCH_ADVICE = 0.10  # nn.Module call machinery, share of forward
 NORM_ADVICE = 0.02  # BatchNorm / Dropout in inference, share of forward
 WORKER_START_ADVICE = 0.01
+WORKERS_BUSY = 0.5  # workers building batches this share of the loop's waits: more of them would help
 
 _LEVEL_TEXT = {
     "highly": "HIGHLY input-bound",
@@ -100,11 +104,11 @@ def advise(analysis: Analysis, share: float, pct: dict[str, float]) -> list[str]
     return out
 
 
-def _file_is(*suffixes: str):
+def _file_is(*suffixes: str) -> Callable[[Frame], bool]:
     return lambda f: f.file.replace("\\", "/").endswith(suffixes)
 
 
-def _named(*names: str):
+def _named(*names: str) -> Callable[[Frame], bool]:
     return lambda f: f.name in names
 
 
@@ -119,19 +123,18 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
             "workers prepare batches in parallel with compute."
         )
     if pct["data.wait"] >= 100 * MODERATELY:
-        out.append(
-            f"The loop waits {pct['data.wait']:.1f}% of the time for worker batches: raise num_workers and "
-            "prefetch_factor (default 2), and make Dataset.__getitem__ cheaper (decode, resize, augment less "
-            "per sample or cache preprocessed data)."
-        )
+        out.append(_wait_advice(analysis, pct["data.wait"]))
     starts = stack_has(
         p,
         _named("_MultiProcessingDataLoaderIter.__init__", "_MultiProcessingDataLoaderIter._shutdown_workers"),
     )
-    start_s = analysis.seconds_where(starts)
+    # restarts during the steps (a new epoch's iterator), not the first start before them
+    restarting = analysis.loop_mask() & np.append(starts, False)[p.sample_stack]
+    restarting &= p.sample_time > analysis.steps.start if analysis.steps.count else False
+    start_s = float(p.sample_wall[restarting].sum())
     if analysis.loop_seconds and start_s / analysis.loop_seconds >= WORKER_START_ADVICE:
         out.append(
-            f"Starting and stopping DataLoader workers took {start_s:.2f} s: set persistent_workers=True "
+            f"Restarting DataLoader workers during the run took {start_s:.2f} s: set persistent_workers=True "
             "so workers survive between epochs."
         )
     if _sampled(p, _uses_cuda) and not _sampled(p, _file_is("torch/utils/data/_utils/pin_memory.py")):
@@ -140,6 +143,47 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
             ".to(device, non_blocking=True)."
         )
     return out
+
+
+def _wait_advice(analysis: Analysis, wait_pct: float) -> str:
+    """What to do about the loop waiting for worker batches: more workers when they were busy
+    building batches meanwhile, cheaper hand-over when they idled."""
+    busy, idle, workers = _worker_activity(analysis.profile)
+    if workers and busy + idle > 0:
+        share = busy / (busy + idle)
+        if share < WORKERS_BUSY:
+            return (
+                f"The loop waits {wait_pct:.1f}% of the time for worker batches while its {workers} "
+                f"DataLoader worker(s) were busy building batches only {100 * share:.0f}% of that time: the "
+                "cost is handing batches over (pickling through the worker queue, rebuilding tensors, "
+                "collate, pin_memory), not making them, and more workers will not help. Return a few large "
+                "tensors per batch rather than numpy arrays, lists or dicts of small ones (those are "
+                "pickled); send compact dtypes (uint8 images, normalise on the device); use "
+                "pin_memory=True only when copying to a GPU."
+            )
+        return (
+            f"The loop waits {wait_pct:.1f}% of the time for worker batches while its {workers} DataLoader "
+            f"worker(s) were busy building them {100 * share:.0f}% of that time: raise num_workers and "
+            "prefetch_factor (default 2), and make Dataset.__getitem__ cheaper (decode, resize, augment "
+            "less per sample or cache preprocessed data)."
+        )
+    return (
+        f"The loop waits {wait_pct:.1f}% of the time for worker batches; the workers are not in this "
+        "profile (profile with flameprof run to see them). If they are busy meanwhile, raise num_workers "
+        "and prefetch_factor and make Dataset.__getitem__ cheaper; if they idle, the cost is handing "
+        "batches over (pickling, collate, pin_memory): return fewer, larger tensors."
+    )
+
+
+def _worker_activity(profile: Profile) -> tuple[float, float, int]:
+    """(seconds building batches, seconds otherwise, workers) of the DataLoader workers of the loop
+    that waited longest for them, inside its waits; zeros when no worker was profiled."""
+    result = analyze_processes(profile)
+    loops = [loop for loop in (result.loops if result else []) if loop.workers]
+    if not loops:
+        return 0.0, 0.0, 0
+    loop = max(loops, key=lambda each: each.data_wait)
+    return sum(w.busy for w in loop.workers), sum(w.idle for w in loop.workers), len(loop.workers)
 
 
 def _sampled(profile: Profile, predicate: Callable[[Frame], bool]) -> bool:

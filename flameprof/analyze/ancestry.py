@@ -61,7 +61,8 @@ def innermost(parent: np.ndarray, key: np.ndarray) -> np.ndarray:
     while True:
         jumped = np.where(keyed[ptr], ptr, ptr[ptr])
         if np.array_equal(jumped, ptr):
-            return np.append(key, -1)[ptr[:-1]]
+            nearest: np.ndarray = np.append(key, -1)[ptr[:-1]]
+            return nearest
         ptr = jumped
 
 

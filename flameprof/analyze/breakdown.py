@@ -68,7 +68,8 @@ class Analysis:
         return bool(self.phase_seconds[_DL_PHASES].sum() > 0 or self.layers or self.steps.count)
 
     def loop_mask(self) -> np.ndarray:
-        return self.profile.sample_thread == self.thread
+        on_loop: np.ndarray = self.profile.sample_thread == self.thread
+        return on_loop
 
     def seconds_where(self, stack_flags: np.ndarray, phases: Sequence[str] | None = None) -> float:
         """Loop-thread wall seconds of samples whose stack is flagged (and, if given, in ``phases``)."""
@@ -80,7 +81,7 @@ class Analysis:
 
 
 def analyze(
-    profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", top: int = 10, idle: bool = True
+    profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", top: int | None = 10, idle: bool = True
 ) -> Analysis:
     """Classify ``profile`` with the user's ``rules`` (plus declared scopes and built-ins) and break it
     down. Without ``idle`` the top functions leave out the idle waits of threads other than the

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -168,16 +169,16 @@ def item_seconds(analysis: Analysis, basis: Basis) -> dict[tuple[str, str], floa
 @dataclass
 class CheckResult:
     basis: str
-    budgets: list[dict] = field(default_factory=list)
-    regressions: list[dict] = field(default_factory=list)  # every item over the allowed growth
-    changes: list[dict] = field(default_factory=list)  # the largest growths, for context
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+    regressions: list[dict[str, Any]] = field(default_factory=list)  # every item over the allowed growth
+    changes: list[dict[str, Any]] = field(default_factory=list)  # the largest growths, for context
     max_regression: float | None = None
 
     @property
     def ok(self) -> bool:
         return all(b["ok"] for b in self.budgets) and not self.regressions
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "basis": self.basis,
@@ -230,7 +231,7 @@ def check(
         new_basis.seconds if name == "wall" else new_basis.steps * base_basis.seconds / base_basis.steps
     )
     base_norm = base_basis.seconds
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in set(new_items) | set(base_items):
         before = 100.0 * base_items.get(key, 0.0) / base_norm
         after = 100.0 * new_items.get(key, 0.0) / new_norm if new_norm > 0 else 0.0

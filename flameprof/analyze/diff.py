@@ -16,7 +16,7 @@ import numpy as np
 from ..model.profile import Profile
 from .breakdown import analyze
 from .phases import LEAF_PHASES
-from .tree import CallTree, build_tree
+from .tree import CallTree, build_tree, match_paths
 
 BASE_TOTAL = "base_total"
 BASE_SELF = "base_self"
@@ -29,17 +29,7 @@ def diff_tree(
     (0 where BASE never took that path), scaled to NEW's total when ``normalize``."""
     new_tree = build_tree(new, mode, view)
     base_tree = build_tree(base, mode, view)
-    base_child: dict[tuple[int, str], int] = {}
-    base_parent = base_tree.parent.tolist()
-    for i in range(1, len(base_tree)):
-        base_child[(base_parent[i], base_tree.label(i))] = i
-    match = np.full(len(new_tree), -1, dtype=np.int64)
-    match[0] = 0
-    new_parent = new_tree.parent.tolist()
-    for i in range(1, len(new_tree)):
-        up = match[new_parent[i]]
-        if up >= 0:
-            match[i] = base_child.get((int(up), new_tree.label(i)), -1)
+    match = match_paths(new_tree, base_tree)
     found = match >= 0
     scale = 1.0
     if normalize and base_tree.total[0] > 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,12 +74,12 @@ def window_seconds(trace: Trace) -> float:
     return float((start + trace.events["dur"][host]).max() - start.min())
 
 
-def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[dict]:
+def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[dict[str, Any]]:
     ev = trace.events
     self_by: dict[int, float] = defaultdict(float)
     total_by: dict[int, float] = defaultdict(float)
-    calls: Counter = Counter()
-    shapes: dict[int, Counter] = defaultdict(Counter)
+    calls: Counter[int] = Counter()
+    shapes: dict[int, Counter[int]] = defaultdict(Counter)
     for i in np.nonzero(ev["kind"] == OP)[0].tolist():
         name = int(ev["name"][i])
         self_by[name] += float(times.self_time[i])
@@ -101,12 +102,12 @@ def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[dict]:
     return rows
 
 
-def layer_table(trace: Trace, times: OpTimes) -> list[dict]:
+def layer_table(trace: Trace, times: OpTimes) -> list[dict[str, Any]]:
     """One row per layer path: op time forward and backward, FLOPs, GFLOP/s, parameters, device time."""
     ev = trace.events
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
 
-    def row(layer: int) -> dict:
+    def row(layer: int) -> dict[str, Any]:
         name = trace.names[layer]
         if name not in rows:
             count, size = trace.params.get(name, (0, 0))
@@ -152,7 +153,7 @@ def phase_op_seconds(trace: Trace, times: OpTimes) -> dict[str, float]:
     return {name: float(sums[i]) for i, name in enumerate(TRACE_PHASES)}
 
 
-def memory_table(trace: Trace) -> dict:
+def memory_table(trace: Trace) -> dict[str, Any]:
     """Allocated and held bytes per layer, the peak and where it happened, on the busiest device."""
     mem, ev = trace.memory, trace.events
     if not len(mem["time"]):
@@ -167,7 +168,7 @@ def memory_table(trace: Trace) -> dict:
     op = event
     while op >= 0 and ev["kind"][op] != OP:  # the op around an allocation made in a runtime call
         op = int(ev["parent"][op])
-    per_layer: dict[str, dict] = {}
+    per_layer: dict[str, dict[str, Any]] = {}
     forward = TRACE_PHASES.index("forward")
     for r in rows.tolist():
         e = int(mem["event"][r])
@@ -228,7 +229,7 @@ def _gaps(intervals: np.ndarray, start: float, end: float) -> np.ndarray:
     return np.asarray(out) if out else np.zeros((0, 2))
 
 
-def device_table(trace: Trace, profile: Profile | None = None) -> dict:
+def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]:
     """Busy and idle share per traced step, kernel time per layer and phase, copies, syncs, and the
     cause of the idle time. Empty when the window saw no device activity."""
     ev = trace.events
@@ -246,7 +247,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict:
         )
     kernel_by_layer: dict[str, float] = defaultdict(float)
     kernel_by_phase: dict[str, float] = defaultdict(float)
-    kernels: dict[str, list] = {}
+    kernels: dict[str, list[float]] = {}
     for i in np.nonzero(on_device)[0].tolist():
         seconds = float(ev["dur"][i])
         kernel_by_layer[trace.name_of(int(ev["layer"][i])) or "(no layer)"] += seconds
@@ -272,9 +273,9 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict:
     }
 
 
-def _copies(trace: Trace) -> dict:
+def _copies(trace: Trace) -> dict[str, Any]:
     ev = trace.events
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for i in np.nonzero(np.isin(ev["kind"], (MEMCPY, MEMSET)))[0].tolist():
         name = trace.names[int(ev["name"][i])]
         if ev["kind"][i] == MEMSET:
@@ -288,11 +289,11 @@ def _copies(trace: Trace) -> dict:
     return out
 
 
-def _syncs(trace: Trace, profile: Profile | None) -> dict:
+def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
     """Host time blocked in synchronising runtime calls, by the Python call site that caused it."""
     ev = trace.events
     sync = np.nonzero((ev["kind"] == RUNTIME) & (ev["phase"] == TRACE_PHASES.index("sync")))[0]
-    sites: dict[str, list] = {}
+    sites: dict[str, list[float]] = {}
     for i in sync.tolist():
         site = _call_site(profile, int(ev["tid"][i]), float(ev["start"][i]), float(ev["dur"][i]))
         if not site:  # no samples: the outermost op around the call, what Python called (aten::item)
@@ -326,7 +327,7 @@ def _call_site(profile: Profile | None, tid: int, start: float, dur: float) -> s
         & (profile.sample_time >= start)
         & (profile.sample_time - profile.sample_wall <= start + dur)
     )[0]
-    sites: Counter = Counter()
+    sites: Counter[str] = Counter()
     for r in rows.tolist():
         stack = int(profile.sample_stack[r])
         while stack >= 0:
@@ -338,7 +339,7 @@ def _call_site(profile: Profile | None, tid: int, start: float, dur: float) -> s
     return sites.most_common(1)[0][0] if sites else ""
 
 
-def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]]) -> dict:
+def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]]) -> dict[str, Any]:
     """What the host's busiest thread did while the device idled: waited for data, blocked in a
     sync, or ran Python and ops (the device waits for launches); and the resulting verdict."""
     ev = trace.events
@@ -375,7 +376,7 @@ def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]
     }
 
 
-def device_verdict(shares: dict[str, float]) -> dict:
+def device_verdict(shares: dict[str, float]) -> dict[str, Any]:
     """Why the device idles, from the shares of step time it idled while the host waited for data,
     blocked in syncs, or was busy itself. Input-bound keeps the samples' thresholds (20 % highly,
     5 % moderately); a sync or host share of 20 % names the bottleneck; else the device is the limit."""
@@ -424,7 +425,7 @@ def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float
     return out
 
 
-def ops_report(profile: Profile) -> dict:
+def ops_report(profile: Profile) -> dict[str, Any]:
     """The report's ``ops``, ``memory`` and ``device`` sections (empty dicts without a trace)."""
     trace = profile.trace
     if trace is None or not trace.num_events:

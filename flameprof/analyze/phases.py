@@ -7,15 +7,25 @@ decided by its frames:
 
 * a user rule (``--phase NAME=PATTERN``, or a user scope declared in
   ``profile.meta["scope_phases"]``) beats every built-in rule; among user rules the innermost wins;
-* otherwise the built-in rule of highest priority wins, in the order import > data > comm > backward >
-  optimizer > sync > forward (so a transform module called by a Dataset is data, and a forward
-  recomputed during backward is backward); between ``data.wait`` and ``data.fetch`` the innermost
-  wins. Time in the import system is ``other`` wherever the import is triggered (the first
+* otherwise the built-in rule of highest priority wins, in the order import > checkpoint > data >
+  comm > backward > optimizer > sync > forward (so a transform module called by a Dataset is data,
+  and a forward recomputed during backward is backward); between ``data.wait`` and ``data.fetch``
+  the innermost wins. Time in the import system is ``other`` wherever the import is triggered (the first
   optimizer imports ``torch._dynamo``, a Dataset may import lazily): it is startup, not a phase;
-* an optimizer that calls back into the program (the closure of ``optimizer.step(closure)``, as
-  Lightning's automatic optimisation and LBFGS do) is ``optimizer`` only outside the callback:
-  the callback's frames, and the forward and backward it runs, have the phase they would have
-  without the optimizer around them;
+* an optimizer's ``step`` is ``optimizer`` wherever its class is defined (torch wraps every
+  subclass's ``step`` in its own file), except the closure it calls back (``optimizer.step(closure)``,
+  as Lightning's automatic optimisation and LBFGS do): the closure's frames, and the forward and
+  backward it runs, have the phase they would have without the optimizer around them. The
+  collector marks the closure (``records.CLOSURE``, ``meta["optimizer_closures"] == "marked"``);
+  a profile without the mark (py-spy, an older profile) takes the program's and libraries' code
+  reached from an optimizer for its callback;
+* evaluation: in a run that trains (some stack is backward or optimizer), a region where autograd
+  is off (the collector's ``records.NO_GRAD`` marker: ``torch.no_grad``, ``inference_mode``) whose
+  stacks include a module call is ``eval``, all of it but checkpoints, collectives, imports and
+  user rules (a validation loop's batches and metrics too); ``torch.enable_grad`` (``records.GRAD``)
+  and an optimizer's closure end such a region (LBFGS's ``step`` runs under ``no_grad``, its
+  closure under ``enable_grad``); a run that only infers keeps its phases. A region is told by the
+  stack down to its outermost marker, so every call of one evaluation function is one region;
 * a stack no rule matches is ``other``.
 
 Classification is done once per interned stack (there are few stacks and many samples), in one
@@ -34,10 +44,22 @@ import numpy as np
 from ..errors import FlameprofError
 from ..model.frames import category
 from ..model.profile import Frame, Profile
+from ..model.records import CLOSURE, GRAD, NO_GRAD
 
 # Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
-LEAF_PHASES = ("data.wait", "data.fetch", "forward", "backward", "optimizer", "sync", "comm", "other")
-PHASES = ("data", "forward", "backward", "optimizer", "sync", "comm", "other")
+LEAF_PHASES = (
+    "data.wait",
+    "data.fetch",
+    "forward",
+    "backward",
+    "optimizer",
+    "sync",
+    "comm",
+    "eval",
+    "checkpoint",
+    "other",
+)
+PHASES = ("data", "forward", "backward", "optimizer", "sync", "comm", "eval", "checkpoint", "other")
 OTHER = LEAF_PHASES.index("other")
 DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
 # Names a rule may use: the leaf phases, and ``data`` meaning ``data.fetch`` (work in this process).
@@ -46,7 +68,8 @@ RULE_PHASES = {name: name for name in LEAF_PHASES} | {"data": "data.fetch"}
 # Priority of the built-in rules (lower wins); data.wait and data.fetch tie, so the innermost decides.
 # The only built-in ``other`` rules are the import system's, and they beat every phase.
 _PRIORITY = {
-    "other": -1,
+    "other": -2,
+    "checkpoint": -1,
     "data.wait": 0,
     "data.fetch": 0,
     "comm": 1,
@@ -56,9 +79,15 @@ _PRIORITY = {
     "forward": 5,
 }
 OPTIMIZER = LEAF_PHASES.index("optimizer")
+FORWARD, BACKWARD = LEAF_PHASES.index("forward"), LEAF_PHASES.index("backward")
+EVAL, CHECKPOINT, COMM = LEAF_PHASES.index("eval"), LEAF_PHASES.index("checkpoint"), LEAF_PHASES.index("comm")
 
 # Where the import system loads a module (the frozen bootstrap; the source copy where it is not frozen).
-IMPORT_PATTERNS = ("<frozen importlib._bootstrap>:_find_and_load", "importlib/_bootstrap.py:_find_and_load")
+IMPORT_PATTERNS = (
+    "<frozen importlib._bootstrap>:_find_and_load",
+    "importlib/_bootstrap.py:_find_and_load",
+    "<import>:import *",  # the one frame per imported module of the stacks flame graphs show (tidy_stacks)
+)
 _DL = "torch/utils/data/dataloader.py"
 _C10D = "torch/distributed/distributed_c10d.py"
 # torch.distributed's collectives and point-to-point calls, and the waits on their handles
@@ -82,6 +111,14 @@ _C10D_COLLECTIVES = (
 BUILTIN_RULES: tuple[tuple[str, str], ...] = (
     # The import system: imports are startup, wherever they are triggered.
     *(("other", pattern) for pattern in IMPORT_PATTERNS),
+    # Saving a checkpoint: torch.save, safetensors, and the frameworks' checkpointing.
+    ("checkpoint", "torch/serialization.py:save"),
+    ("checkpoint", "safetensors/torch.py:save*"),
+    ("checkpoint", "lightning/pytorch/trainer/trainer.py:Trainer.save_checkpoint"),
+    ("checkpoint", "pytorch_lightning/trainer/trainer.py:Trainer.save_checkpoint"),
+    ("checkpoint", "lightning/fabric/fabric.py:Fabric.save"),
+    ("checkpoint", "transformers/trainer.py:Trainer._save_checkpoint"),
+    ("checkpoint", "accelerate/accelerator.py:Accelerator.save_state"),
     # Waiting for a batch from DataLoader workers, and starting/stopping them.
     ("data.wait", f"{_DL}:*._get_data"),
     ("data.wait", f"{_DL}:*._try_get_data"),
@@ -239,8 +276,9 @@ class Classifier:
     classified from its parent in O(1).
     """
 
-    def __init__(self, rules: Sequence[Rule] | None = None) -> None:
+    def __init__(self, rules: Sequence[Rule] | None = None, closures_marked: bool = False) -> None:
         rules = default_rules() if rules is None else list(rules)
+        self.calls_back = _is_closure if closures_marked else _calls_back
         self._matchers = [r.compile() for r in rules]
         self._cache: dict[Frame, tuple[int, int]] = {}
         # file -> the matchers whose path glob it matches (or that have none): most rules name a file
@@ -270,7 +308,7 @@ class Classifier:
 
     def push(self, state: tuple[int, int, int], frame: Frame) -> tuple[int, int, int]:
         """The state of ``prefix + [frame]`` given the state of ``prefix``."""
-        return self.push_match(state, self.frame_match(frame), _calls_back(frame))
+        return self.push_match(state, self.frame_match(frame), self.calls_back(frame))
 
     @staticmethod
     def push_match(
@@ -314,9 +352,20 @@ def is_import(frame: Frame) -> bool:
 
 
 def _calls_back(frame: Frame) -> bool:
-    """Whether ``frame`` is the program's (or a framework's) code, not PyTorch's, the standard
-    library's or the interpreter's: reached from an optimizer, it is a callback."""
+    """Without closure marks: whether ``frame`` is the program's (or a framework's) code, not
+    PyTorch's, the standard library's or the interpreter's; reached from an optimizer, it is taken
+    for a callback."""
     return category(frame) in ("user", "library")
+
+
+def _is_closure(frame: Frame) -> bool:
+    """Whether ``frame`` is the collector's mark of an optimizer's closure."""
+    return frame == CLOSURE
+
+
+def closures_marked(profile: Profile) -> bool:
+    """Whether the collector marked the closures of optimizer steps in ``profile``."""
+    return profile.meta.get("optimizer_closures") == "marked"
 
 
 def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np.ndarray:
@@ -324,23 +373,42 @@ def phase_of_stacks(profile: Profile, rules: Sequence[Rule] | None = None) -> np
 
     ``rules`` defaults to ``profile_rules(profile)`` (built-ins plus declared scopes).
     """
-    classifier = Classifier(profile_rules(profile) if rules is None else rules)
+    classifier = Classifier(profile_rules(profile) if rules is None else rules, closures_marked(profile))
     matches = [classifier.frame_match(f) for f in profile.frames]
-    callbacks = [_calls_back(f) for f in profile.frames]
+    callbacks = [classifier.calls_back(f) for f in profile.frames]
     push, phase_id = classifier.push_match, classifier.phase_id
+    # per frame: 1 opens a no-grad region, -1 ends it (autograd back on: enable_grad, a closure)
+    no_grad = [1 if f == NO_GRAD else -1 if f in (GRAD, CLOSURE) else 0 for f in profile.frames]
     n = len(profile.stack_parent)
     states: list[tuple[int, int, int]] = [START] * n
     out = [OTHER] * n
+    region = [-1] * n  # the stack of the outermost no-grad marker on the way, or -1
     for i, (parent, fid) in enumerate(zip(profile.stack_parent.tolist(), profile.stack_frame.tolist())):
         state = states[i] = push(states[parent] if parent >= 0 else START, matches[fid], callbacks[fid])
         out[i] = phase_id(state)
-    return np.asarray(out, dtype=np.int8)
+        outer = region[parent] if parent >= 0 else -1
+        region[i] = -1 if no_grad[fid] < 0 else outer if outer >= 0 else (i if no_grad[fid] else -1)
+    phases = np.asarray(out, dtype=np.int8)
+    kept = np.asarray([user >= 0 or builtin == OTHER for user, builtin, _ in states], dtype=bool)
+    return _evaluation(phases, np.asarray(region, dtype=np.int64), kept)
+
+
+def _evaluation(phases: np.ndarray, region: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """``phases`` with evaluation regions made ``eval`` in a run that trains (see the module's
+    docstring); ``kept``: stacks a user rule or the import system decided."""
+    if not np.isin(phases, [BACKWARD, OPTIMIZER]).any():
+        return phases  # a run that only infers
+    evaluating = np.unique(region[(region >= 0) & (phases == FORWARD)])
+    inside = np.isin(region, evaluating) & (region >= 0) & ~kept & ~np.isin(phases, [CHECKPOINT, COMM])
+    phases[inside] = EVAL
+    return phases
 
 
 def phase_of_samples(profile: Profile, rules: Sequence[Rule] | None = None) -> np.ndarray:
     """Leaf-phase id of every sample (an empty stack is ``other``)."""
-    per_stack = np.append(phase_of_stacks(profile, rules), np.int8(OTHER))
-    return per_stack[profile.sample_stack]  # index -1 picks the appended ``other``
+    per_stack: np.ndarray = np.append(phase_of_stacks(profile, rules), np.int8(OTHER))
+    phases: np.ndarray = per_stack[profile.sample_stack]  # index -1 picks the appended ``other``
+    return phases
 
 
 def layer_of_stacks(profile: Profile) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,7 @@ def analyze_processes(profile: Profile, rules: Sequence[Rule] = ()) -> ProcessAn
         result.straggler, result.fastest = slow.role, fast.role
         result.excess = own_work(slow) / own_work(fast) - 1.0 if own_work(fast) > 0 else 0.0
         gaps = {p: t - fast.phase_per_step.get(p, 0.0) for p, t in slow.phase_per_step.items()}
-        result.slow_phase = max(gaps, key=gaps.get) if gaps and max(gaps.values()) > 0 else None
+        result.slow_phase = max(gaps, key=gaps.__getitem__) if gaps and max(gaps.values()) > 0 else None
     return result
 
 
@@ -140,7 +141,9 @@ def own_work(loop: LoopProcess) -> float:
     return max(loop.step_p50 - loop.wait_per_step, 0.0)
 
 
-def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess) -> tuple:
+def _measure_loop(
+    profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess
+) -> tuple[np.ndarray, np.ndarray]:
     """Fill ``loop``'s steps and phases; returns its data.wait intervals (merged starts, ends)."""
     sub = _only(profile, mask)
     sub_phases = phases[mask]
@@ -168,7 +171,7 @@ def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: 
 
 
 def _worker_activity(
-    profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str, waits: tuple
+    profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str, waits: tuple[np.ndarray, np.ndarray]
 ) -> WorkerActivity:
     """Seconds of the worker's busiest thread inside the wait intervals, in the fetcher or not."""
     threads = profile.sample_thread[mask]
@@ -213,7 +216,7 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return starts[first], np.append(ends[first[1:] - 1], ends[-1])
 
 
-def _overlap(union: tuple, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _overlap(union: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Length of each [start, end] inside the disjoint sorted intervals ``union``."""
     u_start, u_end = union
     if not len(u_start):
@@ -226,7 +229,8 @@ def _overlap(union: tuple, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         jj = np.maximum(j, 0)
         return np.where(j >= 0, before[jj] + np.clip(x - u_start[jj], 0.0, lengths[jj]), 0.0)
 
-    return measure(ends) - measure(starts)
+    inside: np.ndarray = measure(ends) - measure(starts)
+    return inside
 
 
 def process_lines(result: ProcessAnalysis) -> list[str]:
@@ -280,7 +284,7 @@ def _in_collectives(loop: LoopProcess) -> str:
     return f" ({1e3 * comm:.1f} in collectives)" if comm >= 5e-5 else ""
 
 
-def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict | None:
+def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict[str, Any] | None:
     """The cross-process analysis as a JSON-ready dictionary (``lines`` is its text); None for one process."""
     result = analyze_processes(profile, rules)
     if result is None:

@@ -1,13 +1,19 @@
 """Steps: training/inference iterations, their wall time and their time per phase.
 
-Step boundaries come from marks the collector recorded (``flameprof.step()`` and optimizer steps
-are marked ``step``, DataLoader batches ``batch``; ``step`` is preferred when both exist, and among
-marks of one name those of ``flameprof.step()``, else the most frequent value, e.g. the training
-DataLoader rather than the validation one): a step is the interval between two consecutive marks
-of the loop's thread. Without marks, steps are inferred
-from the samples: the loop moves through data -> forward -> backward -> optimizer, so a step starts
-where that order falls back (e.g. optimizer then data). That needs several samples per step and is
-reported as approximate.
+Step boundaries come from marks the collector recorded on the loop's thread; a step is the
+interval between two consecutive ones. In this order of preference: ``step`` marks (those of
+``flameprof.step()``, value ``user``, else the leading optimizer's); ``backward`` marks (each
+``Tensor.backward``: a loop that updates its weights by hand); ``forward`` marks (each outermost
+module call: an inference loop; of several root modules the one called most, then the one with
+most time in its layers); ``batch`` marks (DataLoader batches, the most frequent dataset, e.g. the
+training DataLoader rather than the validation one). With optimizer steps and more backward
+passes than steps (gradient accumulation), the backward passes are reported as micro-steps.
+Without marks, steps are inferred from the samples: the loop moves through data -> forward ->
+backward -> optimizer, so a step starts where that order falls back (e.g. optimizer then data).
+That needs several samples per step, and the report says those steps are estimates.
+
+Evaluation and checkpointing that fall inside a step's interval are not part of it: a step's wall
+time and its steady-state phases leave them out (the run's totals keep them).
 
 Warm-up (the first step, plus the immediately following steps slower than 1.5x the median) is
 reported apart; shares and the verdict use the steady state.
@@ -21,9 +27,10 @@ import numpy as np
 
 from ..model.folded import folded_marks
 from ..model.profile import Profile
-from .phases import DATA_IDS, LEAF_PHASES
+from .phases import CHECKPOINT, DATA_IDS, EVAL, LEAF_PHASES
 
-STEP_MARKS = ("step", "batch")
+STEP_MARKS = ("step", "backward", "forward", "batch")
+_APART = (EVAL, CHECKPOINT)  # phases inside a step's interval that are not part of the step
 WARMUP_FACTOR = 1.5
 _STAGE = {"data.wait": 0, "data.fetch": 0, "forward": 1, "backward": 2, "optimizer": 3}
 # Leaf-phase id -> position in the data/forward/backward/optimizer cycle, -1 for sync, comm and other.
@@ -34,7 +41,7 @@ _STAGE_OF_PHASE = np.array([_STAGE.get(p, -1) for p in LEAF_PHASES], dtype=np.in
 class StepTable:
     """``n`` steps: ``bounds`` (n+1 times, the sample time base), ``phase_seconds`` (n x leaf phases)."""
 
-    source: str  # "marks:step", "marks:batch", "samples" or "none"
+    source: str  # "marks:step", "marks:backward", "marks:forward", "marks:batch", "samples" or "none"
     thread: int  # the loop's thread (index into profile.threads), -1 when none
     bounds: np.ndarray
     phase_seconds: np.ndarray
@@ -43,6 +50,7 @@ class StepTable:
     # the first of them began: they count, but have no table row
     folded: int = 0
     folded_start: float = 0.0
+    micro_steps: int = 0  # backward passes within the steps when more than the steps (accumulation)
 
     @property
     def start(self) -> float:
@@ -55,7 +63,9 @@ class StepTable:
 
     @property
     def walls(self) -> np.ndarray:
-        return np.diff(self.bounds)
+        """Each step's wall time, less its evaluation and checkpointing: those are no training."""
+        walls: np.ndarray = np.diff(self.bounds) - self.phase_seconds[:, list(_APART)].sum(axis=1)
+        return walls
 
     @property
     def steady(self) -> np.ndarray:
@@ -65,8 +75,12 @@ class StepTable:
         return mask
 
     def steady_phase_seconds(self) -> np.ndarray:
-        """Seconds per leaf phase summed over the steady-state steps."""
-        return self.phase_seconds[self.steady].sum(axis=0) if self.count else np.zeros(len(LEAF_PHASES))
+        """Seconds per leaf phase summed over the steady-state steps (evaluation and checkpointing 0)."""
+        if not self.count:
+            return np.zeros(len(LEAF_PHASES))
+        seconds: np.ndarray = self.phase_seconds[self.steady].sum(axis=0)
+        seconds[list(_APART)] = 0.0
+        return seconds
 
 
 def loop_thread(profile: Profile, phases: np.ndarray) -> int:
@@ -96,7 +110,7 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     times, walls, ph = times[order], walls[order], ph[order]
     source, bounds, folded = "none", np.zeros(0), []
     for name in STEP_MARKS:
-        marks, value = _boundary_marks(profile, name, thread)
+        marks, value = _boundary_marks(profile, name, thread, sel)
         folded = [f for f in folded_marks(profile.marks, name, thread) if f.value == value]
         if len(marks) >= 2:
             source, bounds = f"marks:{name}", marks
@@ -113,11 +127,15 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
         idx = np.searchsorted(bounds, times, side="left") - 1
         ok = (idx >= 0) & (idx < n)
         cells = np.bincount(idx[ok] * nph + ph[ok], weights=walls[ok], minlength=n * nph)
-        phase_seconds = cells.reshape(n, nph)
+        phase_seconds: np.ndarray = cells.reshape(n, nph)
     else:
         phase_seconds = np.zeros((0, nph))
     table = StepTable(source, thread, np.asarray(bounds, dtype=np.float64), phase_seconds, 0)
     table.warmup = warmup_count(table.walls)
+    if source == "marks:step" and n:
+        backward = _values(profile, "backward", thread).get("", [])
+        micro = sum(1 for t in backward if bounds[0] < t <= bounds[-1])
+        table.micro_steps = micro if micro > n else 0
     if n and folded:
         # a folded mark stands for marks that each began a step (the last of them ends the first
         # raw step's predecessor): as many folded steps as folded marks
@@ -127,18 +145,41 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     return table
 
 
-def _boundary_marks(profile: Profile, name: str, thread: int) -> tuple[np.ndarray, str]:
-    """Sorted times of ``thread``'s ``name`` marks of one kind, and that kind's value: those from
-    ``flameprof.step()`` (value ``user``) if any, else the most frequent value (e.g. the training
-    DataLoader's batches, not the validation one's)."""
+def _values(profile: Profile, name: str, thread: int) -> dict[str, list[float]]:
+    """Times of ``thread``'s ``name`` marks by value."""
     by_value: dict[str, list[float]] = {}
     for m in profile.marks:
         if m.name == name and m.thread == thread:
             by_value.setdefault(m.value, []).append(m.time)
+    return by_value
+
+
+def _boundary_marks(profile: Profile, name: str, thread: int, loop: np.ndarray) -> tuple[np.ndarray, str]:
+    """Sorted times of ``thread``'s ``name`` marks of one kind, and that kind's value (see the
+    module's docstring for which); ``loop`` flags the thread's samples."""
+    by_value = _values(profile, name, thread)
     if not by_value:
         return np.zeros(0), ""
-    value = "user" if "user" in by_value else max(by_value, key=lambda v: len(by_value[v]))
+    if name == "step" and "user" in by_value:
+        value = "user"
+    elif name == "forward":  # the root called most, then the one with most time in its layers
+        value = max(by_value, key=lambda v: (len(by_value[v]), _root_seconds(profile, v, loop)))
+    else:
+        value = max(by_value, key=lambda v: len(by_value[v]))
     return np.sort(np.asarray(by_value[value], dtype=np.float64)), value
+
+
+def _root_seconds(profile: Profile, root: str, loop: np.ndarray) -> float:
+    """Wall seconds of the ``loop`` samples inside the layers of the root module ``root``."""
+    mine = [
+        f.kind == "layer" and (f.name == root or f.name.startswith((root + ".", root + " ")))
+        for f in profile.frames
+    ]
+    flags: list[bool] = []
+    for parent, fid in zip(profile.stack_parent.tolist(), profile.stack_frame.tolist()):
+        flags.append(mine[fid] or (parent >= 0 and flags[parent]))
+    inside = np.append(np.asarray(flags, dtype=bool), False)[profile.sample_stack]
+    return float(profile.sample_wall[loop & inside].sum())
 
 
 def _bounds_from_samples(times: np.ndarray, walls: np.ndarray, ph: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ label are merged, so the tree matches the folded text of the same view line for 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,6 +133,22 @@ class CallTree:
         return self._children
 
 
+def match_paths(tree: CallTree, other: CallTree) -> np.ndarray:
+    """Per node of ``tree``: the node of ``other`` with the same path of labels from the root, or -1."""
+    other_child: dict[tuple[int, str], int] = {}
+    other_parent = other.parent.tolist()
+    for i in range(1, len(other)):
+        other_child[(other_parent[i], other.label(i))] = i
+    match = np.full(len(tree), -1, dtype=np.int64)
+    match[0] = 0
+    parent = tree.parent.tolist()
+    for i in range(1, len(tree)):
+        up = match[parent[i]]
+        if up >= 0:
+            match[i] = other_child.get((int(up), tree.label(i)), -1)
+    return match
+
+
 def tree_unit(profile: Profile, mode: str) -> str:
     """``count`` when the weights are counts (imported folded text, or ``mode`` samples), else ``seconds``."""
     return (
@@ -155,7 +172,9 @@ def build_tree(profile: Profile, mode: str = "wall", view: str = "code") -> Call
     return _finish(parent, node_frame, frames, Labeler(profile.meta), self_w, self_n, unit)
 
 
-def _from_profile(profile: Profile, mode: str):
+def _from_profile(
+    profile: Profile, mode: str
+) -> tuple[np.ndarray, np.ndarray, list[Frame], np.ndarray, np.ndarray]:
     """The code view's tree is the profile's own interned stack table (node ``i + 1`` is stack ``i``):
     no per-sample Python work, which matters for million-line folded files."""
     n = len(profile.stack_parent) + 1
@@ -171,7 +190,9 @@ def _from_profile(profile: Profile, mode: str):
     return parent, node_frame, profile.frames, self_w, self_n
 
 
-def _from_stacks(weighted, counted):
+def _from_stacks(
+    weighted: Iterable[tuple[list[Frame], float]], counted: Iterable[tuple[list[Frame], float]]
+) -> tuple[np.ndarray, np.ndarray, list[Frame], np.ndarray, np.ndarray]:
     """Intern (frames, value) pairs from ``display_stacks`` into a parent-pointer table."""
     frame_ids: dict[Frame, int] = {}
     frames: list[Frame] = []
@@ -243,7 +264,9 @@ def _finish(
     )
 
 
-def _merge_same_label(parent, node_label, depth, self_w, self_n):
+def _merge_same_label(
+    parent: np.ndarray, node_label: np.ndarray, depth: np.ndarray, self_w: np.ndarray, self_n: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Renumber nodes so that each (parent, label) pair is one node, level by level from the root."""
     new_id = np.zeros(len(parent), dtype=np.int64)
     new_parent, new_label, new_depth = [np.array([-1])], [np.array([-1])], [np.array([0])]

@@ -21,7 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("pid", type=int, metavar="PID", help="the process to profile")
     p.add_argument(
-        "--duration", type=positive_seconds, metavar="S", help="seconds to profile (default: until Ctrl-C)"
+        "--duration",
+        type=positive_seconds,
+        metavar="TIME",
+        help="how long to profile: seconds, or 30s, 5m, 1h (default: until Ctrl-C)",
     )
     p.add_argument(
         "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
@@ -37,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backend",
         choices=BACKENDS,
         default="inject",
-        help="inject: run flameprof's sampler inside the process through gdb (layers, phases, CPU "
-        "time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
+        help="inject: run flameprof's sampler inside the process, queued there through ptrace (layers, "
+        "phases, CPU time); py-spy: sample from outside, read-only (default: inject, falling back to py-spy "
         "when injection is impossible)",
     )
     p.add_argument(

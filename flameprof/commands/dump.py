@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     inspect(args.pid)  # a dead, foreign or non-Python pid: one clear line
     threads = dump_stacks(args.pid, args.subprocesses)
     classifier, labeler = Classifier(default_rules()), Labeler()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "pid": t.pid,
             "tid": t.tid,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,13 +20,25 @@ def positive_rate(text: str) -> float:
     return value
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|min|s|m|h|d)", re.IGNORECASE)
+
+
 def positive_seconds(text: str) -> float:
+    """A duration as people write it: ``30`` or ``30s``, ``500ms``, ``5m``, ``1.5h``, ``1h30m``, ``2d``;
+    a plain number is seconds."""
+    compact = text.strip().replace(" ", "")
     try:
-        value = float(text)
+        value = float(compact)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}") from None
+        parts = _DURATION_PART.findall(compact)
+        if not parts or "".join(number + unit for number, unit in parts) != compact:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r} (write seconds, or with units: 30s, 500ms, 5m, 1h30m)"
+            ) from None
+        value = sum(float(number) * _DURATION_UNITS[unit.lower()] for number, unit in parts)
     if not 0 < value < 10**7:
-        raise argparse.ArgumentTypeError(f"duration must be a positive number of seconds, not {text}")
+        raise argparse.ArgumentTypeError(f"duration must be positive and under 10^7 s, not {text}")
     return value
 
 
@@ -89,6 +102,19 @@ def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] =
     )
     parser.add_argument("--icicle", action="store_true", help="draw the flame graph top-down")
     parser.add_argument(
+        "--color",
+        choices=("kind", "phase"),
+        default="kind",
+        help="colour flame graph frames by kind of code (default) or by the phase of their samples",
+    )
+    parser.add_argument(
+        "--raw-stacks",
+        action="store_true",
+        help="flame graphs show the stacks as recorded: the importlib chains, the interpreter's bootstrap "
+        "frames, startup inside the program's own stacks (default: one frame per imported module, no "
+        "bootstrap frames, startup under its own root)",
+    )
+    parser.add_argument(
         "--format",
         dest="formats",
         type=export_formats,
@@ -109,5 +135,7 @@ def output_options(args: argparse.Namespace) -> OutputOptions:
         title=args.title,
         minwidth=args.minwidth,
         icicle=args.icicle,
+        color=args.color,
+        raw_stacks=args.raw_stacks,
         formats=args.formats,
     )

@@ -61,6 +61,7 @@ def render(args: argparse.Namespace) -> int:
     rendering = Rendering(profile, output_options(args))
     fmt = FORMATS["folded" if args.output.endswith(FOLDED_SUFFIXES) else "svg"]
     if args.output == "-":
+        assert fmt.text is not None  # folded and svg are text formats
         sys.stdout.write(fmt.text(rendering))
         return 0
     try:

@@ -19,12 +19,16 @@ import atexit
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING, NoReturn
 
 from ..collect.engine.memory_budget import DEFAULT_BUDGET
 from ..collect.jobs import script
 from ..errors import FlameprofError
 from .options import add_render_options, memory_size, output_options, positive_rate, positive_seconds
 from .run_rescue import Ticker, mark_finishing, start_watcher
+
+if TYPE_CHECKING:
+    from ..model.profile import Profile
 
 
 def _ticker(parts: str, outdir: str, args: argparse.Namespace) -> Ticker | None:
@@ -71,9 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--snapshot-every",
         type=positive_seconds,
-        metavar="S",
-        help="every S seconds, write the whole job's profile so far to profile.snapshot.flameprof "
-        "in the output directory (from outside the program; a killed job leaves the last one whole)",
+        metavar="TIME",
+        help="every TIME (seconds, or 30s, 5m, 1h), write the whole job's profile so far to "
+        "profile.snapshot.flameprof in the output directory (from outside the program; a killed job "
+        "leaves the last one whole)",
     )
     p.add_argument(
         "--max-memory",
@@ -273,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         trace_steps=args.trace_steps,
         max_memory=args.max_memory,
     )
-    state = {"signal": None, "saved": False}
+    state: dict[str, signal.Signals | bool | None] = {"signal": None, "saved": False}
     if args.subprocesses:
         tree.profile_children_of_this_process()
 
@@ -283,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
         state["saved"] = True
         mark_finishing(tree.directory)
         try:
-            profile = profiler.stop()
+            profile: Profile | None = profiler.stop()
         except Exception as exc:
             sys.stderr.write(f"flameprof: error: could not write the profile: {exc}\n")
         else:
@@ -303,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
 
     real_exit = os._exit
 
-    def exit_after_profile(status: int) -> None:
+    def exit_after_profile(status: int) -> NoReturn:
         """``os._exit`` in the program: atexit does not run, so the profile is written here."""
         finish()
         real_exit(status)

@@ -42,6 +42,7 @@ class Ticker:
         if self.live_steps:
             write_live_line(tree, main_pid, self.live_steps, time.monotonic() - self.started)
         if self.next_snapshot is not None and time.monotonic() >= self.next_snapshot - 0.05:
+            assert self.snapshot_every is not None  # a next snapshot is due only with a period
             self.next_snapshot += self.snapshot_every
             write_snapshot(tree, self.outdir, main_pid)
 
@@ -76,6 +77,7 @@ def start_watcher(pid: int, parts: str, write, ticker: Ticker | None = None) -> 
         os.dup2(null, 0)
         os.dup2(null, 1)
         while not _wait_for_exit(pid, ticker.interval if ticker else None):
+            assert ticker is not None  # without a ticker the wait lasts until the exit
             ticker(pid)
         if not os.path.exists(os.path.join(parts, FINISHING)) and os.path.isdir(parts):
             _rescue(pid, parts, write)

@@ -3,7 +3,7 @@ steps' phase shares and step time, the top layers and functions, and what the Da
 do. ``q`` (or Ctrl-C) quits and detaches, leaving the program running as it was; when stdout is not
 a terminal, one plain line is printed per refresh instead of a screen.
 
-The job is profiled as ``attach`` does it (an agent injected through gdb, whose parts are flushed
+The job is profiled as ``attach`` does it (an agent injected through ptrace, whose parts are flushed
 every second), so the view has the job's layers and steps; nothing of the view runs in the job.
 """
 
@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FlameprofError, InjectUnavailable
 from .options import positive_rate, positive_seconds
@@ -44,7 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--steps", type=int, default=20, metavar="N", help="steps the shares are taken over (default: 20)"
     )
-    p.add_argument("--duration", type=positive_seconds, metavar="S", help="detach after S seconds")
+    p.add_argument(
+        "--duration",
+        type=positive_seconds,
+        metavar="TIME",
+        help="detach after TIME (seconds, or 30s, 5m, 1h)",
+    )
     p.add_argument(
         "--subprocesses", action="store_true", help="also profile its Python children (DataLoader workers)"
     )
@@ -57,7 +62,7 @@ class _Screen:
     def __init__(self) -> None:
         self.tty = sys.stdout.isatty()
         self.keys = sys.stdin.isatty() and self.tty
-        self._saved = None
+        self._saved: list[Any] | None = None
         self.notes: list[str] = []
 
     def __enter__(self) -> _Screen:

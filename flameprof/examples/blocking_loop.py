@@ -138,7 +138,7 @@ def sampled_shares(profile: Profile, thread_name: str, mode: str = "wall") -> di
         if thread not in names:
             continue
         functions = {profile.frames[f].name for f in profile.stack_frames(stack)}
-        parts = [part for part in ("burst", "block") if part in functions] or ["other"]
+        parts: list[str] = [part for part in ("burst", "block") if part in functions] or ["other"]
         for part in parts:
             found[part] += weight
         found["largest"] = max(found["largest"], weight)

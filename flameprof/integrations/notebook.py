@@ -40,6 +40,7 @@ class FlameprofMagics(Magics):
         """Profile a cell (``%%flameprof``) or a statement (``%flameprof stmt``) and show the report."""
         args = parse_argstring(self.flameprof, line)
         code = cell if cell is not None else " ".join(args.statement)
+        assert self.shell is not None  # a magic runs in its shell
         # the profile starts at the cell, not in IPython's machinery
         SESSION.add_boundary_codes([InteractiveShell.run_code.__code__])
         profiler = Profiler(rate=args.rate, mode=args.mode).start()
@@ -58,7 +59,7 @@ def show(profile, options: OutputOptions, output: str | None = None) -> None:
     steady = data["steps"]["steady"]
     phases = steady["phases"] if steady["count"] else data["phases"]
     shares = ", ".join(f"{n} {p}" for n, _, p, _ in phase_lines(phases) if not n.startswith(" "))
-    page = render_html(profile, rendering.analysis, options, source="notebook cell")
+    page = render_html(profile, rendering.analysis, options, source="notebook cell", flame=rendering.shown)
     verdict = html.escape(data["verdict"]["text"])
     display(
         HTML(

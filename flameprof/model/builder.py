@@ -7,20 +7,36 @@ the numpy-backed ``Profile`` only when a profile is made.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .folded import FoldedMarks, FoldedSamples
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .profile import Profile
+
+
+class SampleStore(Protocol):
+    """Sample rows kept outside the builder's lists (the C sampler's buffers: collect/engine/
+    c_sampler.py), counted in ticks; what the builder, the part writer and the memory budget use."""
+
+    @property
+    def completed_ticks(self) -> int: ...
+    def __len__(self) -> int: ...
+    def take_ticks(self, n: int) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview]: ...
+    def discard_all(self) -> int: ...
+    def rows_in(self, first_tick: int, limit: int) -> int: ...
+    def part_column(self, which: int, first_tick: int, limit: int) -> bytes: ...
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
 class ProfileBuilder:
     """Interns frames and stacks and appends samples; collectors and importers build profiles through it."""
 
-    def __init__(self, meta: dict | None = None) -> None:
+    def __init__(self, meta: dict[str, Any] | None = None) -> None:
         self.frames: list[Frame] = []
         self._frame_ids: dict[Frame, int] = {}
         self.stack_parent: list[int] = []
@@ -36,13 +52,13 @@ class ProfileBuilder:
         self.cpu: list[float] = []
         # Compact sample stores (the native sampler's C buffers): each has len() and columns() ->
         # (time, thread, stack, wall, cpu) arrays; their rows come before the list columns' rows.
-        self.sample_stores: list = []
+        self.sample_stores: list[SampleStore] = []
         self.marks: list[Mark] = []
         # Callables that move marks recorded elsewhere (the C step hook's buffer) into ``marks``;
         # collect_marks() runs them before the marks are read.
         self.mark_sources: list[Callable[[], None]] = []
         self.counters: dict[str, tuple[list[float], list[float]]] = {}
-        self.meta: dict = dict(meta or {})
+        self.meta: dict[str, Any] = dict(meta or {})
         # Samples and marks taken off the front of the raw rows and ``marks`` to bound memory (see
         # model/folded.py), and how many rows were taken off: sample indexes count from the first
         # sample ever recorded, so a window ``first:last`` stays the same rows.
@@ -110,17 +126,16 @@ class ProfileBuilder:
         """Samples recorded so far, folded and raw: the index the next sample will have."""
         return self.rows_taken_off + sum(len(store) for store in self.sample_stores) + len(self.time)
 
-    def take_list_rows(self, n: int) -> tuple[list, list, list, list, list]:
+    def take_list_rows(self, n: int) -> tuple[list[float], list[int], list[int], list[float], list[float]]:
         """Remove the first ``n`` rows of the list columns; returns them (time, thread, stack, wall, cpu)."""
         with self.lock:
-            columns = (self.time, self.thread, self.stack, self.wall, self.cpu)
-            taken = tuple(column[:n] for column in columns)
-            for column in columns:
+            taken = (self.time[:n], self.thread[:n], self.stack[:n], self.wall[:n], self.cpu[:n])
+            for column in (self.time, self.thread, self.stack, self.wall, self.cpu):
                 del column[:n]
             self.rows_taken_off += len(taken[0])
             return taken
 
-    def fold_meta(self) -> dict:
+    def fold_meta(self) -> dict[str, Any]:
         """What a profile's ``meta["folded"]`` says of its folded samples; empty when none are."""
         f = self.folded
         return {"folded": {"samples": f.samples, "until": f.until, "window": f.window}} if f.samples else {}
@@ -151,12 +166,19 @@ class ProfileBuilder:
         with self.lock:
             self.collect_marks()
             dtypes = (np.float64, np.int32, np.int32, np.float64, np.float64)
-            lists = (self.time, self.thread, self.stack, self.wall, self.cpu)
             n_list = len(self.cpu)  # the list columns are appended time first, cpu last
             with_folded = first < self.rows_taken_off
-            parts = [self.folded.rows(epoch)] if with_folded else []
+            parts: list[tuple[Collection[float], ...]] = [self.folded.rows(epoch)] if with_folded else []
             parts += [store.columns() for store in self.sample_stores]
-            parts.append(tuple(column[:n_list] for column in lists))
+            parts.append(
+                (
+                    self.time[:n_list],
+                    self.thread[:n_list],
+                    self.stack[:n_list],
+                    self.wall[:n_list],
+                    self.cpu[:n_list],
+                )
+            )
             marks = self.folded_marks.marks() + self.marks
             raw_first = max(first - self.rows_taken_off, 0)
             raw_last = None if last is None else max(last - self.rows_taken_off, 0)

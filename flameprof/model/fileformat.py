@@ -8,7 +8,7 @@ import io
 import json
 import zipfile
 from collections.abc import Iterable
-from typing import IO
+from typing import Any, Protocol
 
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
@@ -16,19 +16,19 @@ FORMAT = "flameprof"
 VERSION = 1
 
 
-def frame_row(f: Frame) -> list:
+def frame_row(f: Frame) -> list[Any]:
     return [f.name, f.file, f.line, f.kind]
 
 
-def thread_row(t: ThreadInfo) -> list:
+def thread_row(t: ThreadInfo) -> list[Any]:
     return [t.pid, t.tid, t.name]
 
 
-def process_row(p: ProcessInfo) -> list:
+def process_row(p: ProcessInfo) -> list[Any]:
     return [p.pid, p.role, p.host, p.cmdline, p.ppid]
 
 
-def mark_row(m: Mark) -> list:
+def mark_row(m: Mark) -> list[Any]:
     return [m.time, m.thread, m.name, m.value]
 
 
@@ -36,8 +36,16 @@ def json_text(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+class ZipSink(Protocol):
+    """What the zip is written to: a binary file, or a stream over one."""
+
+    def write(self, data: bytes, /) -> int: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
 def write_zip(
-    fh: IO[bytes],
+    fh: ZipSink,
     tables: dict[str, str],
     members: Iterable[tuple[str, Iterable[bytes]]],
     compress: bool = False,

@@ -12,7 +12,7 @@ first step still ends startup. No numpy: this runs inside the profiled program.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .records import Mark
 
@@ -28,7 +28,7 @@ class _WindowCells:
 
     def __init__(self, window: float = FIRST_WINDOW) -> None:
         self.window = window
-        self.cells: dict[tuple, list[float]] = {}
+        self.cells: dict[tuple[Any, ...], list[float]] = {}
 
     def __len__(self) -> int:
         return len(self.cells)
@@ -37,7 +37,7 @@ class _WindowCells:
     def _combine(cell: list[float], value: list[float]) -> None:
         raise NotImplementedError
 
-    def _merge(self, key: tuple, value: list[float]) -> None:
+    def _merge(self, key: tuple[Any, ...], value: list[float]) -> None:
         cell = self.cells.get(key)
         if cell is None:
             self.cells[key] = value
@@ -153,7 +153,8 @@ class FoldedMarks(_WindowCells):
 
 class FoldedMark(NamedTuple):
     name: str  # the name of the marks it stands for
-    count: int
+    # the field shadows tuple.count (a method), which a NamedTuple field may do: mypy does not allow it
+    count: int  # type: ignore[assignment]
     first: float  # the time of the first of them
     last: float
     value: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from .profile import Frame
 
@@ -21,7 +22,7 @@ _UNSAFE = re.compile(r"[;\r\n]")
 class Labeler:
     """Makes display labels; ``cwd`` (from the profile's meta) lets user paths be shown relative."""
 
-    def __init__(self, meta: dict | None = None) -> None:
+    def __init__(self, meta: dict[str, Any] | None = None) -> None:
         meta = meta or {}
         cwd = meta.get("cwd") or ""
         self.cwd = cwd.rstrip("/\\") + os.sep if cwd else ""

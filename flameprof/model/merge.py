@@ -12,6 +12,7 @@ about them; a single-process profile stays as it was.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -153,7 +154,7 @@ def _merge_stacks(profile: Profile, builder: ProfileBuilder, root: int) -> np.nd
 
 def _merged_meta(
     profiles: list[Profile], infos: list[list[ProcessInfo]], epoch: float, end: float, hosts: list[str]
-) -> dict:
+) -> dict[str, Any]:
     main = next((p for p, group in zip(profiles, infos) if any(i.role == "main" for i in group)), profiles[0])
     meta = dict(
         main.meta,

@@ -6,6 +6,7 @@ match the bytes that follow before anything is allocated."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ _HEADER = re.compile(
 )
 
 
-def read_column(data: bytes, name: str, dtype: type[np.number]) -> np.ndarray:
+def read_column(data: bytes, name: str, dtype: type[np.integer[Any]] | type[np.float64]) -> np.ndarray:
     """The values of ``name`` (a ``.npy`` member) as ``dtype`` (an integer type, or float64 for the
     traced window's times: finite values only); ValueError says what is wrong."""
     if data[:6] != _MAGIC or len(data) < 10:
@@ -45,7 +46,7 @@ def read_column(data: bytes, name: str, dtype: type[np.number]) -> np.ndarray:
     if count * source.itemsize != body:
         raise ValueError(f"{name}: shape ({count},) does not match its {body} bytes of data")
     values = np.frombuffer(data, dtype=source, count=count, offset=start + header_len)
-    if source.kind == "f":
+    if not issubclass(dtype, np.integer):  # float64, and so is the source (the kinds match: see above)
         if not np.isfinite(values).all():
             raise ValueError(f"{name}: values must be finite")
         return values.astype(dtype)

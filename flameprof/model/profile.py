@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Profile:
     sample_cpu: np.ndarray = field(default_factory=_f64)
     marks: list[Mark] = field(default_factory=list)
     counters: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    meta: dict = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None  # the traced window's ops, device activity and memory, when one ran
 
     def __post_init__(self) -> None:

@@ -26,6 +26,15 @@ class Frame:
     kind: str = "python"
 
 
+# Frames the collector puts on a thread's stack (as scopes) where the stack alone cannot tell: the
+# closure an optimizer's ``step`` calls back (its frames keep the phases they would have without the
+# optimizer), a region where autograd is off (``torch.no_grad``, ``torch.inference_mode``), and one
+# where ``torch.enable_grad`` turns it back on (LBFGS runs its closure so).
+CLOSURE = Frame("[optimizer closure]", kind="marker")
+NO_GRAD = Frame("[no grad]", kind="marker")
+GRAD = Frame("[grad]", kind="marker")
+
+
 @dataclass(frozen=True)
 class ThreadInfo:
     pid: int

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +92,7 @@ def dumps(profile: Profile) -> bytes:
     )
 
 
-def save(profile: Profile, path: str | os.PathLike) -> None:
+def save(profile: Profile, path: str | os.PathLike[str]) -> None:
     """Write ``profile`` atomically, so a reader never sees half a profile."""
     write_bytes(os.fspath(path), dumps(profile))
 
@@ -102,7 +103,7 @@ def is_flameprof_file(head: bytes) -> bool:
 
 
 _TABLES = ("meta.json", "frames.json", "threads.json", "processes.json", "marks.json", "counters.json")
-_COLUMNS = {
+_COLUMNS: dict[str, type[np.integer[Any]]] = {
     "stack_parent": np.int32,
     "stack_frame": np.int32,
     "sample_time": np.int64,
@@ -155,7 +156,7 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
 
 
-_TRACE_COLUMNS = {
+_TRACE_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     **{f"trace_events_{k}": t for k, t in EVENT_COLUMNS.items()},
     **{f"trace_memory_{k}": t for k, t in MEMORY_COLUMNS.items()},
 }
@@ -198,7 +199,7 @@ def _json(data: bytes, name: str) -> object:
         raise ValueError(f"{name}: {exc}") from None
 
 
-def load(path: str | os.PathLike) -> Profile:
+def load(path: str | os.PathLike[str]) -> Profile:
     """Read a ``.flameprof`` file."""
     path = os.fspath(path)
     try:

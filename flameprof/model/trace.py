@@ -8,7 +8,9 @@ like ``sample_time``. Names (ops, kernels, layer paths, input shapes) are intern
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +20,11 @@ EVENT_KINDS = ("op", "annotation", "kernel", "memcpy", "memset", "runtime")
 OP, ANNOTATION, KERNEL, MEMCPY, MEMSET, RUNTIME = range(len(EVENT_KINDS))
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
 # The phases an event can have: the sampler's phases (``data`` is work producing a batch here).
-TRACE_PHASES = ("data", "forward", "backward", "optimizer", "sync", "other")
+# "comm" comes last: saved traces keep their phases' indices
+TRACE_PHASES = ("data", "forward", "backward", "optimizer", "sync", "other", "comm")
 NO_PARENT = -1
 
-EVENT_COLUMNS = {
+EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "kind": np.int8,
     "name": np.int32,  # index into names
     "start": np.float64,
@@ -36,7 +39,7 @@ EVENT_COLUMNS = {
     "bytes": np.float64,  # copy/fill size of a device event
     "shapes": np.int32,  # index into names of the input shapes text, or -1
 }
-MEMORY_COLUMNS = {
+MEMORY_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "time": np.float64,
     "delta": np.float64,  # bytes allocated (> 0) or freed (< 0)
     "total": np.float64,  # bytes allocated on the device after the event
@@ -45,7 +48,7 @@ MEMORY_COLUMNS = {
 }
 
 
-def _empty(columns: dict) -> dict[str, np.ndarray]:
+def _empty(columns: Mapping[str, type[np.integer[Any]] | type[np.float64]]) -> dict[str, np.ndarray]:
     return {name: np.zeros(0, dtype=dtype) for name, dtype in columns.items()}
 
 
@@ -103,9 +106,9 @@ def shifted(trace: Trace, seconds: float) -> Trace:
     return Trace(list(trace.names), events, memory, steps, dict(trace.params))
 
 
-def concat(traces: list[Trace | None]) -> Trace | None:
+def concat(traces_or_none: Sequence[Trace | None]) -> Trace | None:
     """One trace holding the events of ``traces`` (several processes' windows), names re-interned."""
-    traces = [t for t in traces if t is not None]
+    traces = [t for t in traces_or_none if t is not None]
     if not traces:
         return None
     if len(traces) == 1:

@@ -6,6 +6,7 @@ checked whole here; any failure is a ValueError that says what is wrong."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ _FIELDS = {"s": lambda v: type(v) is str, "i": is_int, "n": is_number}
 _FIELD_NAMES = {"s": "string", "i": "integer", "n": "number"}
 
 
-def rows(table: object, name: str, fields: str) -> list[list]:
+def rows(table: object, name: str, fields: str) -> list[list[Any]]:
     """``table`` when it is a list of rows whose fields are the JSON types ``fields`` (one letter a field:
     ``s`` string, ``i`` integer, ``n`` finite number)."""
     if not isinstance(table, list):
@@ -52,7 +53,7 @@ def rows(table: object, name: str, fields: str) -> list[list]:
     return table
 
 
-def counters(table: object) -> dict[str, tuple[list, list]]:
+def counters(table: object) -> dict[str, tuple[list[float], list[float]]]:
     """``counters.json``: each name maps to a list of times and a list of values of the same length."""
     if not isinstance(table, dict):
         raise ValueError("counters.json is not an object")
@@ -83,7 +84,7 @@ _META_STRINGS = ("format", "weight_unit", "collector", "source", "event", "sampl
 _META_STRING_LISTS = ("argv", "hosts", "phase_rules")
 
 
-def meta(value: object) -> dict:
+def meta(value: object) -> dict[str, Any]:
     """``meta.json``: an object whose known keys have the types their readers expect."""
     if not isinstance(value, dict):
         raise ValueError("meta.json is not an object")

@@ -270,10 +270,10 @@ def write_chrome_trace(
             continue
         title, scale = _COUNTERS[name]
         title = f"{title} GPU {device}" if dot else title
-        quoted = json.dumps(f"{title} ({label})" if label else title)
+        quoted_title = json.dumps(f"{title} ({label})" if label else title)
         w.lines(
             [
-                f'{{"ph":"C","name":{quoted},"pid":{main_pid},"ts":{t * 1e6:.1f},'
+                f'{{"ph":"C","name":{quoted_title},"pid":{main_pid},"ts":{t * 1e6:.1f},'
                 f'"args":{{"value":{v * scale:.6g}}}}}'
                 for t, v in zip(times.tolist(), values.tolist())
             ]

@@ -30,6 +30,7 @@ class Rendering:
     profile: Profile
     options: OutputOptions
     _analysis: Analysis | None = field(default=None, repr=False)
+    _shown: Profile | None = field(default=None, repr=False)
 
     @property
     def analysis(self) -> Analysis:
@@ -38,6 +39,21 @@ class Rendering:
 
             self._analysis = analyze(self.profile, mode=self.options.mode, top=TOP, idle=False)
         return self._analysis
+
+    @property
+    def shown(self) -> Profile:
+        """The profile as flame graphs show it: ``analyze.tidy_stacks`` (startup before the loop's first
+        step) unless ``raw_stacks``. Counts of other tools' stacks (folded text, perf) are drawn as
+        given, as ``flamegraph.pl`` draws them."""
+        if self._shown is None:
+            from ..analyze.tidy_stacks import tidy_stacks
+
+            if self.options.raw_stacks or self.profile.meta.get("weight_unit", "seconds") == "count":
+                self._shown = self.profile
+            else:
+                steps = self.analysis.steps
+                self._shown = tidy_stacks(self.profile, steps.start if steps.count else None)
+        return self._shown
 
 
 @dataclass(frozen=True)
@@ -81,14 +97,21 @@ def _svg(r: Rendering) -> str:
 
     o = r.options
     return render_svg(
-        r.profile, mode=o.mode, view=o.view, title=o.title, minwidth=o.minwidth, icicle=o.icicle
+        r.shown,
+        mode=o.mode,
+        view=o.view,
+        title=o.title,
+        minwidth=o.minwidth,
+        icicle=o.icicle,
+        color=o.color,
+        rules=r.analysis.rules if o.color == "phase" else (),
     )
 
 
 def _speedscope(r: Rendering) -> str:
     from .speedscope import render_speedscope
 
-    return render_speedscope(r.profile, r.options.mode, r.options.title)
+    return render_speedscope(r.shown, r.options.mode, r.options.title)
 
 
 def _chrome(r: Rendering, path: str) -> None:
@@ -106,10 +129,21 @@ def _pprof(r: Rendering, path: str) -> None:
     write_bytes(path, render_pprof(r.profile, r.options.mode, r.analysis.sample_phase, LEAF_PHASES))
 
 
+def _firefox(r: Rendering) -> str:
+    from ..analyze.phases import LEAF_PHASES, layer_of_stacks, phase_of_stacks
+    from .firefox import render_firefox
+
+    p = r.shown
+    stack_phase = phase_of_stacks(p, r.analysis.rules)  # the rules the analysis classified samples with
+    return render_firefox(
+        p, r.options.mode, stack_phase, layer_of_stacks(p), LEAF_PHASES, step_spans(r.analysis)
+    )
+
+
 def _html(r: Rendering) -> str:
     from .html_report import render_html
 
-    return render_html(r.profile, r.analysis, r.options)
+    return render_html(r.profile, r.analysis, r.options, flame=r.shown)
 
 
 FORMATS: dict[str, Format] = {
@@ -121,6 +155,7 @@ FORMATS: dict[str, Format] = {
         _text_format("speedscope", ".speedscope.json", _speedscope),
         Format("chrome", ".trace.json", _chrome),
         Format("pprof", ".pb.gz", _pprof),
+        _text_format("firefox", ".firefox.json", _firefox),
         _text_format("html", ".html", _html),
     )
 }

@@ -16,6 +16,8 @@ PHASE_SHORT = {
     "optimizer": "opt",
     "sync": "sync",
     "comm": "comm",
+    "eval": "eval",
+    "checkpoint": "ckpt",
     "other": "other",
 }
 

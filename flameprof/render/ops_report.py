@@ -31,7 +31,9 @@ def _round(value: object) -> object:
 
 def ops_sections(profile: Profile) -> dict:
     """``{"ops": ..., "memory": ..., "device": ...}``, each ``{}`` when the profile has no trace."""
-    return _round(ops_report(profile))
+    rounded = _round(ops_report(profile))
+    assert isinstance(rounded, dict)  # _round gives a dict for a dict
+    return rounded
 
 
 def add_layer_costs(layers: list[dict], ops: dict) -> None:

@@ -15,4 +15,6 @@ class OutputOptions:
     title: str | None = None
     minwidth: float = 0.1  # pixels, as flamegraph.pl's --minwidth
     icicle: bool = False
+    color: str = "kind"  # frames coloured by kind of code or by phase (svg.COLORS)
+    raw_stacks: bool = False  # flame graphs show the stacks as recorded (analyze/tidy_stacks.py)
     formats: tuple[str, ...] = ()  # more outputs (names in formats.FORMATS): speedscope, chrome, pprof, html

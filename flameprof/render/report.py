@@ -2,9 +2,10 @@
 
 JSON keys (version 1): ``report_version``, ``source``, ``duration``, ``unit`` (``s``, or ``samples``
 when the weights are sample counts: imported folded or py-spy text), ``samples``, ``folded`` (what
-the memory budget folded, or ""), ``threads``, ``loop_thread``, ``phases`` (all seven: ``data``
+the memory budget folded, or ""), ``threads``, ``loop_thread``, ``phases`` (all nine: ``data``
 with ``wait`` and ``fetch``, ``forward``, ``backward``, ``optimizer``, ``sync``, ``comm``,
-``other``; each ``{"seconds", "percent"}``), ``steps`` (``count`` includes ``folded`` steps),
+``eval``, ``checkpoint``, ``other``; each ``{"seconds", "percent"}``), ``steps`` (``count``
+includes ``folded`` steps; ``micro_steps``: backward passes, when more than the steps),
 ``startup`` (loop thread seconds before the first step, ``imports`` among them, and
 ``imports_whole_run``), ``layers``, ``functions`` (the idle waits of threads other than the
 loop's left out unless asked for: ``idle_left_out`` says how much), ``verdict``. Percentages are of the loop
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +38,7 @@ def _r(x: float) -> float:
 
 
 def phase_table(seconds: np.ndarray) -> dict:
-    """``{phase: {"seconds", "percent"}}`` for the six phases; ``data`` also has ``wait`` and ``fetch``."""
+    """``{phase: {"seconds", "percent"}}`` for every phase; ``data`` also has ``wait`` and ``fetch``."""
     total = float(seconds.sum())
 
     def cell(s: float) -> dict:
@@ -72,7 +74,7 @@ def _steps(analysis: Analysis) -> dict:
     steps = analysis.steps
     walls = steps.walls
     steady = walls[steps.steady] if steps.count else walls
-    stats = {"count": int(len(steady))}
+    stats: dict[str, Any] = {"count": int(len(steady))}
     if len(steady):
         stats |= {
             "p50": _r(np.percentile(steady, 50)),
@@ -85,6 +87,7 @@ def _steps(analysis: Analysis) -> dict:
         "source": steps.source,
         "count": steps.count + steps.folded,
         "folded": steps.folded,  # steps before ``per_step``'s, counted but folded to bound memory
+        "micro_steps": steps.micro_steps,  # backward passes, when more than the steps (accumulation)
         "warmup": {"count": steps.warmup, "seconds": _r(walls[: steps.warmup].sum())},
         "steady": stats,
         "per_step": [
@@ -203,6 +206,13 @@ def steps_line(steps: dict) -> str:
         return "no steps found (mark them with flameprof.step())"
     st = steps["steady"]
     text = f"{steps['count']} steps ({steps['source']})"
+    if steps["source"] == "samples":
+        text = (
+            f"about {steps['count']} steps, estimated from the samples (no optimizer step, backward, "
+            "module call or flameprof.step() marked them): step times are estimates"
+        )
+    if steps.get("micro_steps"):
+        text += f", {steps['micro_steps']} micro-steps (backward passes)"
     if steps.get("folded"):
         text += f", {steps['folded']} of them folded (statistics of the last {len(steps['per_step'])})"
     if steps["warmup"]["count"]:
@@ -210,6 +220,20 @@ def steps_line(steps: dict) -> str:
     if st["count"]:
         text += f"; steady p50 {_ms(st['p50'])}, p90 {_ms(st['p90'])}, max {_ms(st['max'])}"
     return text
+
+
+def apart_line(data: dict) -> str:
+    """Evaluation and checkpointing of a run, which its steps leave out, or ""."""
+    cells = [
+        (label, data["phases"][phase])
+        for phase, label in (("eval", "evaluation"), ("checkpoint", "checkpointing"))
+    ]
+    parts = [
+        f"{label} {c['seconds']:.2f} s ({c['percent']:.1f}% of the run)"
+        for label, c in cells
+        if c["seconds"] > 0
+    ]
+    return ", ".join(parts) + ", not in the steps" if parts else ""
 
 
 def startup_line(data: dict) -> str:
@@ -268,6 +292,8 @@ def format_text(data: dict, top: int = TOP) -> str:
         f"  {_duration(data)}, {data['threads']} thread(s), loop thread {data['loop_thread'] or '-'}",
         f"  steps: {steps_line(data['steps'])}",
     ]
+    if apart_line(data):
+        out.append(f"  apart: {apart_line(data)}")
     if startup_line(data):
         out.append(f"  startup: {startup_line(data)}")
     if data["folded"]:
@@ -318,6 +344,7 @@ def format_markdown(data: dict, top: int = TOP) -> str:
         f"- {_duration(data)}, {data['threads']} thread(s)",
         f"- loop thread: {markdown.text(data['loop_thread'] or '-')}",
         f"- steps: {steps_line(data['steps'])}",
+        *([f"- apart: {apart_line(data)}"] if apart_line(data) else []),
         *([f"- startup: {startup_line(data)}"] if startup_line(data) else []),
         *([f"- memory: {data['folded']}"] if data["folded"] else []),
         "",

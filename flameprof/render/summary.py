@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import folded_line, idle_note, phase_lines, report_data, startup_line, steps_line
+from .report import apart_line, folded_line, idle_note, phase_lines, report_data, startup_line, steps_line
 
 TOP = 8
 
@@ -51,6 +51,8 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             )
         )
         lines.append(f"  steps: {steps_line(data['steps'])}")
+        if apart_line(data):
+            lines.append(f"  apart: {apart_line(data)}")
         if startup_line(data):
             lines.append(f"  startup: {startup_line(data)}")
     if folded_line(profile.meta):

@@ -13,11 +13,13 @@ import colorsys
 import math
 import re
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..analyze.phase_tree import dominant_phases, phase_tree
+from ..analyze.phases import LEAF_PHASES, Rule
 from ..analyze.tree import CallTree, build_tree
 from ..model.frames import CATEGORIES, category
 from ..model.profile import Profile
@@ -31,6 +33,22 @@ BOTTOM = 36  # legend and search result
 UNITS = 10_000_000  # x units of the whole profile: exact in the float32 geometry of browsers
 CHAR_W = 7  # average width of a 12 px Verdana character
 SHADES = 4  # colour variants per kind of code, picked by a hash of the name
+COLORS = ("kind", "phase")  # what frames are coloured by
+PHASE_COLORS = {
+    "data.wait": "#d9534f",
+    "data.fetch": "#f0ad4e",
+    "forward": "#5b9bd5",
+    "backward": "#7e57c2",
+    "optimizer": "#4caf50",
+    "sync": "#ff7043",
+    "comm": "#26a69a",
+    "eval": "#8d6e63",
+    "checkpoint": "#78909c",
+    "other": "#b0b0a8",
+}
+PHASE_IDS = {name: i for i, name in enumerate(LEAF_PHASES)}
+BYPHASE = ' class="byphase"'
+HIDDEN = ' style="display:none"'
 
 # Kind of code -> (class letter, hue, saturation, lightness); "your code" warm, libraries and runtime cooler.
 _KINDS = {
@@ -99,12 +117,27 @@ def render_svg(
     title: str | None = None,
     minwidth: float = 0.1,
     icicle: bool = False,
+    color: str = "kind",
+    rules: Sequence[Rule] = (),
+    phases: bool = False,
 ) -> str:
-    """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``."""
-    tree = build_tree(profile, mode, view)
+    """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``, its frames
+    coloured by kind of code or (``color`` ``phase``) by the phase of their samples (``rules``: as
+    ``phase_tree``). ``phases``: the phase colours are in the file for a page to switch to."""
+    if color not in COLORS:
+        raise ValueError(f"unknown colouring {color!r} (expected one of {', '.join(COLORS)})")
+    by_phase = color == "phase"
+    tree = phase_tree(profile, mode, view, rules) if by_phase or phases else build_tree(profile, mode, view)
     if title is None:
         title = "Icicle graph" if icicle else "Flame graph"
-    return tree_svg(tree, title=title, subtitle=_subtitle(tree, mode, view), minwidth=minwidth, icicle=icicle)
+    return tree_svg(
+        tree,
+        title=title,
+        subtitle=_subtitle(tree, mode, view),
+        minwidth=minwidth,
+        icicle=icicle,
+        by_phase=by_phase,
+    )
 
 
 def tree_svg(
@@ -115,9 +148,12 @@ def tree_svg(
     minwidth: float = 0.1,
     icicle: bool = False,
     paint: Callable[[CallTree], Paint] | None = None,
+    by_phase: bool = False,
 ) -> str:
     """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out.
-    ``paint`` is called with the tree as drawn (after that pruning) and decides colours and notes."""
+    ``paint`` is called with the tree as drawn (after that pruning) and decides colours and notes.
+    A tree with phase columns (``phase_tree``) gives every frame its heaviest phase, shown instead of
+    the kind of code when ``by_phase`` or once a page adds the class ``byphase`` to ``#f``."""
     total = float(tree.total[0])
     inner = WIDTH - 2 * XPAD
     if total > 0:
@@ -151,12 +187,22 @@ def tree_svg(
     counted = tree.unit == "count"
     counts = [_number(v) for v in (tree.total if counted else tree.samples)[shown].tolist()]
     xs, ws, ys = left[shown].tolist(), width[shown].tolist(), y.tolist()
+    phase_names, heaviest = dominant_phases(tree)
+    if phase_names:
+        ids = [PHASE_IDS[phase_names[k]] for k in heaviest.tolist()]
+        phase_attr = [f' p="{ids[i]}"' for i in shown.tolist()]
+        notes = [(d or "") + p for d, p in zip(notes or [""] * len(xs), phase_attr)]
+        used_phases = [n for n in LEAF_PHASES if n in {phase_names[k] for k in heaviest[shown].tolist()}]
+        css += _phase_css(used_phases)
     rects = [
         f'<rect x="{x}" y="{yy}" width="{w}" height="{FRAME_H - 1}" class="{c}" n="{n}" s="{s}"{d}/>'
         for x, yy, w, c, n, s, d in zip(xs, ys, ws, node_class, names, counts, notes or [""] * len(xs))
     ]
     labels = _labels(xs, ws, ys, label_list)
-    legend = _legend(entries, TOP + frames_h + 22)
+    legend = _legend(entries, TOP + frames_h + 22, "legend", hidden=by_phase)
+    if phase_names:
+        phase_entries = [(f"q{PHASE_IDS[n]}", n) for n in used_phases]
+        legend += _legend(phase_entries, TOP + frames_h + 22, "plegend", hidden=not by_phase)
 
     config = (
         f"var UNITS={UNITS},TOTAL={total!r},COUNT={int(counted)},ICICLE={int(icicle)},FX={XPAD},"
@@ -174,7 +220,8 @@ def tree_svg(
         f'<text id="sub" x="{WIDTH // 2}" y="42" text-anchor="middle">{escape(subtitle)}</text>\n',
         f'<text id="reset" class="btn" x="{XPAD}" y="24" style="display:none">Reset zoom</text>\n',
         f'<text id="search" class="btn" x="{WIDTH - XPAD}" y="24" text-anchor="end">Search (Ctrl-F)</text>\n',
-        f'<svg id="f" x="{XPAD}" y="{TOP}" width="{inner}" height="{frames_h}" '
+        f'<svg id="f"{BYPHASE if by_phase and phase_names else ""} x="{XPAD}" y="{TOP}" '
+        f'width="{inner}" height="{frames_h}" '
         f'viewBox="0 0 {UNITS} {frames_h}" preserveAspectRatio="none">\n',
         "\n".join(rects),
         "\n</svg>\n",
@@ -240,9 +287,18 @@ def _css(used: list[str]) -> str:
     return "".join(rules)
 
 
-def _legend(entries: list[tuple[str, str]], y: int) -> str:
+def _phase_css(names: list[str]) -> str:
+    """Phase colours: on the legend's swatches, and on frames while ``#f`` has the class ``byphase``
+    (past a search's highlight, which stays)."""
+    return "".join(
+        f'.q{PHASE_IDS[n]},#f.byphase rect[p="{PHASE_IDS[n]}"]:not(.hl){{fill:{PHASE_COLORS[n]}}}'
+        for n in names
+    )
+
+
+def _legend(entries: list[tuple[str, str]], y: int, ident: str = "legend", hidden: bool = False) -> str:
     """Legend swatches: (CSS class, text) pairs in a row."""
-    out, x = ['<g id="legend">'], XPAD
+    out, x = [f'<g id="{ident}"{HIDDEN if hidden else ""}>'], XPAD
     for cls, name in entries:
         out.append(
             f'<rect x="{x}" y="{y - 10}" width="10" height="10" class="{cls}"/>'

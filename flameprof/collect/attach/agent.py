@@ -28,6 +28,7 @@ import os
 import socket
 import threading
 import time
+from typing import NoReturn
 
 from ...model.records import ProcessInfo
 from ..engine import choose_sampler
@@ -84,7 +85,7 @@ class _Agent:
         self.channel = channel
         self.lock = threading.Lock()
         self.tid = threading.get_native_id()
-        self.writer = None
+        self.writer: PartWriter | None = None
         self.finished = False
         self.main = True
         self.t_start = 0.0
@@ -157,6 +158,7 @@ class _Agent:
         SESSION.acquire(rate, backward_layers, trace_steps)
         try:
             self.t_start = SESSION.now()
+            assert SESSION.builder is not None  # acquired just above
             self.writer = PartWriter(self.channel, SESSION.builder, socket.gethostname(), os.getpid())
             if follow_forks:
                 self.follower = _ForkFollower.start(self.channel, rate, self.sock)
@@ -168,6 +170,7 @@ class _Agent:
 
         series = {} if SESSION.counters is None else SESSION.counters.points()
         sampler = SESSION.sampler
+        assert sampler is not None and self.writer is not None  # started: flushes come after start()
         meta = dict(
             run_metadata(),
             start_time=SESSION.start_time,
@@ -181,7 +184,7 @@ class _Agent:
         info = ProcessInfo(os.getpid(), role, meta["host"], command_line(), os.getppid())
         self.writer.write(info, meta, series, final)
 
-    def exit(self, status: int) -> None:
+    def exit(self, status: int) -> NoReturn:
         """``os._exit`` while attached, which skips ``atexit`` (forked multiprocessing children end so)."""
         if os.getpid() == self.pid:
             self.finish("exit")
@@ -199,7 +202,9 @@ class _Agent:
             self.finished = True
             _unhook_exit()
             if self.follower is not None:
-                self.follower.stop()
+                # only the target's end is the attach's: a child injected at the start that exits
+                # leaves the other children followed
+                self.follower.stop(end_attach=self.main)
             try:
                 if SESSION.window is not None:
                     export_window(SESSION.window, trace_path(self.channel, socket.gethostname(), self.pid))
@@ -253,17 +258,20 @@ class _ForkFollower:
             return None
         follower = cls(channel, sock)
         child.enable_tree(channel, rate)
+        assert SESSION.sampler is not None  # the attach's session is running
         SESSION.sampler.tick_hooks.append(follower.tick)
         return follower
 
-    def stop(self) -> None:
-        """In the target at detach: no more children are followed, and those running stop."""
+    def stop(self, end_attach: bool) -> None:
+        """At this process's detach: its children forked from now on are not followed; with
+        ``end_attach`` (the target's agent) every followed child still running stops too."""
 
         child.disable_tree()
         hooks = SESSION.sampler.tick_hooks if SESSION.sampler is not None else []
         if self.tick in hooks:
             hooks.remove(self.tick)
-        mark_detached(self.channel)
+        if end_attach:
+            mark_detached(self.channel)
 
     def tick(self) -> None:
         """On the sampler's thread of every process that has it; acts only in a followed child."""

@@ -4,9 +4,10 @@ How (the CLI side; ``agent.py`` is the side inside the target):
 
 1. A private channel (``channel.py``): a fresh 0700 directory holding a unix socket the CLI
    listens on.
-2. gdb attaches (``gdb.py`` runs ``gdb_program.py`` in it), maps one anonymous page in the target,
-   writes the bootstrap (``bootstrap.py``) into it and queues ``PyRun_SimpleString(page)`` with
-   ``Py_AddPendingCall``, then detaches. gdb runs nothing else in the target. The interpreter runs
+2. The injector (``ptrace_injector.py``) borrows the target's main thread for well under a
+   millisecond: it maps one anonymous page, writes the bootstrap (``bootstrap.py``) into it and
+   queues ``PyRun_SimpleString(page)`` with ``Py_AddPendingCall``, then gives the thread back with
+   its whole register state and its interrupted system call as they were. The interpreter runs
    pending calls in the main thread between bytecodes, so the bootstrap starts at a safe point; it
    only starts the agent thread, catching everything, and binds no name in ``__main__``. The page
    (4 KiB) stays mapped.
@@ -23,9 +24,8 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import FlameprofError, InjectUnavailable
@@ -38,7 +38,7 @@ from ..jobs.parts import part_files, wait_for_parts
 from .agent import DETACH_THREAD, FLUSH_INTERVAL, mark_detached
 from .bootstrap import BOOTSTRAP_ERROR, bootstrap_source, package_dir
 from .channel import Channel, Remote
-from .gdb import run_gdb, try_gdb, try_gdb_late
+from .ptrace_injector import inject, try_inject, try_inject_late, unavailable
 from .target import TargetProcess, alive, sees_paths
 from .watch import WATCH_INTERVAL, ChildWatcher, part_pid
 
@@ -55,7 +55,7 @@ def record(
     duration: float | None,
     rate: float,
     note: Callable[[str], None] = lambda text: None,
-    children: list[TargetProcess] = (),
+    children: Sequence[TargetProcess] = (),
     backward_layers: bool = False,
     follow_forks: bool = False,
     trace_steps: int | None = None,
@@ -72,9 +72,9 @@ def record(
     Raises InjectUnavailable when injection cannot work for ``target`` (the caller may use py-spy
     instead), FlameprofError for everything else; a child that cannot be profiled is left out.
     """
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        raise InjectUnavailable("gdb is not installed (e.g. apt install gdb)")
+    reason = unavailable()
+    if reason:
+        raise InjectUnavailable(reason)
     with Channel([target, *children]) as channel:
         paths = (channel.path, package_dir())
         elsewhere = (
@@ -88,10 +88,10 @@ def record(
             note(f"leaving out child process {child.pid}: {elsewhere}")
         children = [c for c in children if sees_paths(c.pid, paths)]
         payload = bootstrap_source(channel.path, package_dir())
-        run_gdb(gdb, target, payload)
+        inject(target, payload)
         injected = [target]
-        with ThreadPoolExecutor(max_workers=4) as pool:  # a gdb run is mostly waiting on the process
-            failures = pool.map(lambda child: try_gdb(gdb, child, payload), children)
+        with ThreadPoolExecutor(max_workers=4) as pool:  # an injection is mostly its process's start
+            failures = pool.map(lambda child: try_inject(child, payload), children)
         for child, failure in zip(children, failures):
             if not failure:
                 injected.append(child)
@@ -116,7 +116,7 @@ def record(
                 known,
                 channel.path,
                 paths,
-                lambda child: try_gdb_late(gdb, child, payload),
+                lambda child: try_inject_late(child, payload),
                 admit,
                 note,
             )
@@ -137,7 +137,9 @@ def record(
                 if watcher is not None:
                     watcher.close()
             _stop(remotes)
-            for child in injected[1:]:
+            # a child injected late is named only while it runs (short-lived ones come and go)
+            late = [by_pid[pid] for pid in sorted(watcher.queued)] if watcher is not None else []
+            for child in injected[1:] + [c for c in late if alive(c.pid)]:
                 if child.pid not in channel.accepted:
                     note(
                         f"leaving out child process {child.pid}: "

@@ -3,10 +3,10 @@ attach and that no followed fork covers (spawned or forkserver DataLoader worker
 
 A child forked by a profiled process profiles itself (see ``agent.py``) and writes its part into
 the channel at its first tick. A new descendant that runs another command line than its parent's
-(it ``exec``-ed), or that wrote no part within ``FORK_GRACE``, is injected with gdb like the
-children found at the start: in the background, so the attach never waits on gdb (0.1 s per
-process on an idle machine, up to a second on a busy one, then the agent's start), which makes it
-miss the first second or so of such a child's life.
+(it ``exec``-ed), or that wrote no part within ``FORK_GRACE``, is injected like the children
+found at the start: in the background, so the attach never waits on the injector (its process's
+start, about 0.1 s, then the agent's start), which makes it miss the first moments of such a
+child's life.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def part_pid(path: str) -> int | None:
 class ChildWatcher:
     """Injects ``inject(child)`` (None, a failure, or RETRY) into each new unfollowed Python descendant.
 
-    ``admit(child)`` is called before gdb runs, so the child's agent is let in when it connects.
+    ``admit(child)`` is called before the injection, so the child's agent is let in when it connects.
     """
 
     def __init__(
@@ -49,6 +49,7 @@ class ChildWatcher:
     ) -> None:
         self.root = root
         self.done = set(known)  # injected, followed, or given up
+        self.queued: set[int] = set()  # injected: the agent's bootstrap is queued in them
         self.channel = channel
         self.paths = paths
         self.inject = inject
@@ -98,7 +99,9 @@ class ChildWatcher:
         if failure == RETRY and tries < START_RETRIES and alive(child.pid):
             return  # looked at again at the next look
         self.done.add(child.pid)
-        if failure is not None and alive(child.pid):
+        if failure is None:
+            self.queued.add(child.pid)
+        elif alive(child.pid):
             self.note(
                 f"leaving out child process {child.pid}: "
                 + ("its interpreter did not start" if failure == RETRY else failure)
@@ -107,3 +110,6 @@ class ChildWatcher:
     def close(self) -> None:
         """Let the injections under way finish (the agents they start end at the channel's end of file)."""
         self.pool.shutdown(wait=True)
+        for child, future in self.running.values():
+            self._finished(child, future.result())
+        self.running.clear()

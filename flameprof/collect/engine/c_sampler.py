@@ -11,11 +11,15 @@ of the builder's ``sample_stores``.
 from __future__ import annotations
 
 import atexit
+from typing import TYPE_CHECKING, Literal
 
 from ... import _native
 from ...model.builder import ProfileBuilder
 from .interning import MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
 from .sampler_base import SamplerBase
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Seconds between runs of the tick hooks (process counters, part flushes) on the clock thread. Each
 # run takes the GIL from the program: about 0.6 ms of a PyTorch loop's time on this machine.
@@ -24,7 +28,14 @@ TICK_HOOK_INTERVAL = 0.2
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
 
 
-_TYPECODES = ("d", "I", "H", "i", "d", "f")  # of the columns of Sampler.columns()
+_TYPECODES: tuple[Literal["d", "I", "H", "i", "f"], ...] = (
+    "d",
+    "I",
+    "H",
+    "i",
+    "d",
+    "f",
+)  # of the columns of Sampler.columns()
 
 
 def _views(columns: tuple) -> tuple:
@@ -95,7 +106,7 @@ class CSampler(SamplerBase):
     def __len__(self) -> int:
         return self._c.rows
 
-    def take_ticks(self, n: int) -> tuple[list, memoryview, memoryview, memoryview, memoryview]:
+    def take_ticks(self, n: int) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview]:
         """Remove the first ``n`` completed ticks (the oldest rows) from the C buffers; returns their
         rows as columns (time since t0, thread, stack, wall, cpu), without numpy."""
         b = self.builder
@@ -123,7 +134,7 @@ class CSampler(SamplerBase):
         """One part-file column of ``limit`` ticks from ``first_tick`` on (see native/sampler.c)."""
         return self._c.part_column(which, first_tick, limit, self.t0)
 
-    def columns(self) -> tuple:
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""
         import numpy as np
 

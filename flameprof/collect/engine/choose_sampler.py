@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ...model.builder import ProfileBuilder
 from .python_sampler import PythonSampler
-from .sampler_base import SamplerBase
+
+if TYPE_CHECKING:
+    from .c_sampler import CSampler
 
 _warned = False
 
@@ -31,7 +34,9 @@ def native_available() -> bool:
     return True
 
 
-def make_sampler(builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None) -> SamplerBase:
+def make_sampler(
+    builder: ProfileBuilder, rate: float = 100.0, pid: int | None = None
+) -> CSampler | PythonSampler:
     """The native sampler unless ``FLAMEPROF_NATIVE=0`` or it cannot be imported (then warn once)."""
     if os.environ.get("FLAMEPROF_NATIVE", "1") != "0":
         try:

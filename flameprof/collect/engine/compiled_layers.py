@@ -117,7 +117,7 @@ class CallHook:
             if source is None:
                 return self._root_outside_a_call(frame)
             root = _compiled_root(frame.f_back) if source.path is not None else None
-            module = _submodule(root, source.path) if root is not None else None
+            module = _submodule(root, source.path) if root is not None and source.path is not None else None
             if module is not None and type(module) is source.cls:
                 NAMER.path_of(root)  # the root first: its tree names the module
                 return NAMER.frame_of_module(module)

@@ -14,7 +14,9 @@ from ...model.builder import ProfileBuilder
 from ...model.records import Frame
 
 MAX_DEPTH = 1024
-FLAMEPROF_DIR = os.path.dirname(os.path.abspath(sys.modules["flameprof"].__file__)) + os.sep
+_PACKAGE_FILE = sys.modules["flameprof"].__file__
+assert _PACKAGE_FILE is not None  # a regular package, never a namespace one
+FLAMEPROF_DIR = os.path.dirname(os.path.abspath(_PACKAGE_FILE)) + os.sep
 EXAMPLES_DIR = FLAMEPROF_DIR + "examples" + os.sep  # shipped user code (flameprof demo): sampled as such
 SKIP = -1
 BOUNDARY = -2

@@ -249,11 +249,16 @@ class LayerNamer:
         return None
 
     # -- names for hooks that only see the module (backward) ---------------------------------
-    def path_of(self, module: Any) -> str:
-        """The dotted path of ``module``: from the forward naming, else from a known root, else as a root."""
+    def path_of(self, module: Any, frame: Any = None) -> str:
+        """The dotted path of ``module``: from the forward naming, else, given ``frame`` (one whose
+        caller called the module), as the sampler names it from the stack, else from a known root,
+        else as a root. The sampler and the step marks may name a module first: both must give the
+        name the module's holder gives it (``Lit.net``, not a root ``Sequential``)."""
         entry = self._frames.get(id(module))
         if entry is not None and entry[0]() is module:
             return entry[2]
+        if frame is not None:
+            return self._name_from_stack(module, frame)[1]
         for rid, (ref, _, index, _) in list(self._roots.items()):
             hit = index.get(id(module))
             if hit is not None and hit[0]() is module and ref() is not None:

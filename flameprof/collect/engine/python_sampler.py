@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+from types import FrameType
 
 from ...model.builder import ProfileBuilder
 from .interning import BOUNDARY, MAX_DEPTH, code_frame_id, sampled_thread, truncation_marker
@@ -135,7 +136,7 @@ class PythonSampler(SamplerBase):
             ids: list[int] = []
             owners: list = []
             thread_scopes = scopes.get(ident)
-            f = frame
+            f: FrameType | None = frame
             while f is not None:
                 code = f.f_code
                 fid = code_ids.get(code)

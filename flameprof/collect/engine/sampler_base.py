@@ -12,8 +12,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from types import CodeType, FrameType
 
 from ...model.builder import ProfileBuilder
+from ...model.records import Frame
 
 TICK_JITTER = 0.25  # how far into its interval a tick may fall (native/sampler.c)
 
@@ -105,8 +107,10 @@ class SamplerBase:
         self.builder = builder
         self.interval = 1.0 / rate
         self.pid = os.getpid() if pid is None else pid
-        self.boundary_codes: set = _WatchedSet(self._tables_changed)
-        self.frame_hooks: dict[object, Callable] = _WatchedDict(self._tables_changed)
+        self.boundary_codes: set[CodeType] = _WatchedSet(self._tables_changed)
+        self.frame_hooks: dict[CodeType, Callable[[FrameType], Frame | None]] = _WatchedDict(
+            self._tables_changed
+        )
         self.scopes: dict[int, list] = {}
         self.tick_hooks: list[Callable[[], None]] = []  # run on the sampler thread after each sample
         self.t0 = time.perf_counter()

@@ -170,7 +170,9 @@ def scope_end() -> None:
     if scopes is None:
         return
     stack = scopes.get(_get_ident())
-    for i in range(len(stack or ()) - 1, -1, -1):
+    if stack is None:
+        return
+    for i in range(len(stack) - 1, -1, -1):
         if stack[i][1].kind == "scope":
             del stack[i]
             return

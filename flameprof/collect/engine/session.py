@@ -21,11 +21,12 @@ from .choose_sampler import make_sampler
 from .counters import CounterRecorder
 from .layers import NAMER
 from .memory_budget import DEFAULT_BUDGET, MemoryBudget
-from .sampler_base import SamplerBase
 from .trace_window import TraceWindow, read_window
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
+    from .c_sampler import CSampler
+    from .python_sampler import PythonSampler
 
 
 class _Session:
@@ -34,7 +35,7 @@ class _Session:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.users = 0
-        self.sampler: SamplerBase | None = None
+        self.sampler: CSampler | PythonSampler | None = None
         self.counters: CounterRecorder | None = None
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0

@@ -11,11 +11,16 @@ not changed while the program iterates them. The parts:
 * layers inside ``torch.compile``d code: each Inductor-generated module is mapped line by line
   to its source modules when it loads (compiled_layers.py), so a sample in generated code
   carries the layer that line computes;
-* ``step`` marks when an optimizer's ``step()`` returns (torch's global optimizer post hook; only
-  the leading optimizer counts, see ``scopes.LeadingOptimizer``, and none once the program calls
-  ``flameprof.step()``); with
-  the C sampler the hook is ``_native.StepRecorder`` (native/steps.c), whose buffer is drained
-  into the builder's marks when they are read;
+* ``step`` marks when an optimizer's outermost ``step()`` returns (torch's global optimizer post
+  hook; only the leading optimizer counts, see ``scopes.LeadingOptimizer``, and none once the
+  program calls ``flameprof.step()``); with the C sampler the hook is ``_native.StepRecorder``
+  (native/steps.c), whose buffer is drained into the builder's marks when they are read;
+* the closure passed to an optimizer's ``step`` is marked (a global step pre-hook, see
+  optimizer_steps.py), so the analysis tells the optimizer's own update from the closure's work;
+* ``step`` marks of loops without an optimizer: outermost module calls and ``Tensor.backward``
+  (loop_steps.py);
+* regions where autograd is off (``no_grad``, ``inference_mode``) are marked on the stack
+  (grad_regions.py), so the analysis can tell evaluation from training;
 * ``batch`` marks when a DataLoader iterator hands out a batch (``_BaseDataLoaderIter.__next__``
   is wrapped), value = index of the dataset in order of first batch;
 * with ``backward_layers``: global full backward (pre-)hooks put a ``layer`` scope named
@@ -34,10 +39,11 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 from ...model.records import Mark
-from . import compiled_layers, scopes
+from . import compiled_layers, grad_regions, loop_steps, optimizer_steps, scopes
 from .import_watch import ImportWatch
 from .interning import thread_identity
 from .layers import NAMER
@@ -64,6 +70,8 @@ _PARTS = (
     ("backward", "torch.nn.modules.module"),
     ("window", "torch.optim.optimizer"),
     ("compiled", "torch._inductor.codecache"),
+    ("loop", "torch"),
+    ("no_grad", "torch"),
 )
 
 
@@ -73,7 +81,7 @@ class TorchHooks:
     def __init__(self, sampler: Any, backward_layers: bool = False) -> None:
         self.sampler = sampler
         self._undo: list[Callable[[], None]] = []
-        self._pending = ["layers", "compiled", "optimizer", "dataloader"]
+        self._pending = ["layers", "compiled", "optimizer", "dataloader", "loop", "no_grad"]
         self._pending += ["backward"] if backward_layers else []
         self.window: Any = None  # a TraceWindow, installed once torch.optim is there
         self._steps = scopes.LeadingOptimizer()
@@ -98,6 +106,12 @@ class TorchHooks:
         self.window = window
         self._pending.append("window")
         self.install_available()
+
+    def _install_loop(self, module: Any) -> None:
+        self._undo.append(loop_steps.install(module))
+
+    def _install_no_grad(self, module: Any) -> None:
+        self._undo.append(grad_regions.install(module))
 
     def _install_window(self, module: Any) -> None:
         self.window.install(sys.modules["torch"])
@@ -135,6 +149,8 @@ class TorchHooks:
             hook = recorder = _native.StepRecorder()
             self.sampler.builder.mark_sources.append(lambda: self._drain_steps(recorder))
         self._undo.append(module.register_optimizer_step_post_hook(hook).remove)
+        self._undo.append(module.register_optimizer_step_pre_hook(optimizer_steps.mark_closure).remove)
+        self.sampler.builder.meta["optimizer_closures"] = "marked"
 
     def _drain_steps(self, recorder: Any) -> None:
         """The C hook's steps as marks, as ``_on_optimizer_step`` would have made them."""
@@ -152,6 +168,8 @@ class TorchHooks:
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
+            if optimizer_steps.is_nested_step(sys._getframe(1)):
+                return
             for at in self._steps.steps(optimizer, time.perf_counter()):
                 scopes.mark("step", "optimizer", at)
         except Exception:
@@ -181,6 +199,7 @@ class TorchHooks:
             dataset = it.__dict__.get("_dataset")
             entry = self._datasets.get(id(dataset))
             if entry is None or entry[0]() is not dataset:
+                ref: Callable[[], Any]
                 try:
                     ref = weakref.ref(dataset)
                 except TypeError:
@@ -200,8 +219,9 @@ class TorchHooks:
         def undo() -> None:
             pre.remove()
             post.remove()
-            if entry in warnings.filters:
-                warnings.filters.remove(entry)
+            filters = cast(list[Any], warnings.filters)  # typeshed says Sequence: it is the module's list
+            if entry in filters:
+                filters.remove(entry)
                 getattr(warnings, "_filters_mutated", lambda: None)()
 
         self._undo.append(undo)
@@ -223,7 +243,7 @@ class TorchHooks:
                 scopes.pop(top[1], top[2], "layer")
             if not stack:
                 _at_backward_end(stack)
-            entered = sys._getframe(1)
+            entered: FrameType | None = sys._getframe(1)
             while entered is not None and entered.f_code.co_filename.endswith(_HOOKS_FILE):
                 entered = entered.f_back
             name = f"{path} (backward)"

@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 import threading
+from types import FrameType
 from typing import Any
 
 from . import scopes
@@ -187,7 +188,7 @@ class TraceWindow:
 
     def _layer_name(self, module: Any) -> str | None:
         """The module's layer path, named from its ``_call_impl`` frame as the sampler names it."""
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         code = self.namer.call_code
         while frame is not None and not (frame.f_code is code and frame.f_locals.get("self") is module):
             frame = frame.f_back

@@ -13,7 +13,12 @@ Attribution, from what the trace itself records:
   op with the same autograd sequence number, and its children follow it;
 * ``Optimizer.step#...``/``Optimizer.zero_grad#...`` are ``optimizer``, ``enumerate(DataLoader)#...``
   is ``data``, a module call ``forward`` (inside backward, as a recomputation, it stays backward),
-  a host call that waits for the device (``cudaDeviceSynchronize``, ...) ``sync``;
+  and so is a ``<Wrapper>.forward`` annotation (DistributedDataParallel's); an annotation named
+  for a phase (``## forward ##``, ``backward``, ``## optimizer ##``, ...) is that phase; a
+  collective (``c10d::``, ``nccl:``, ``gloo:`` ops and annotations, ``record_param_comms``) is
+  ``comm``; a host call that waits for the device (``cudaDeviceSynchronize``, ...) ``sync``;
+* the autograd engine's device threads (where an outermost ``evaluate_function`` runs the backward
+  of an op another thread ran forward) do only ``backward`` work;
 * a device event goes, through its correlation id, to the runtime call that launched it, and so to
   the op around that call, its layer and its phase.
 """
@@ -21,12 +26,14 @@ Attribution, from what the trace itself records:
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -44,7 +51,7 @@ from ...model.trace import (
     TRACE_PHASES,
     Trace,
 )
-from .json_stream import JsonDefect, stream_member
+from .json_stream import ByteSource, JsonDefect, stream_member
 from .op_flops import op_flops
 
 LAYER_PREFIX = "flameprof.layer: "
@@ -77,22 +84,48 @@ SYNC_CALLS = frozenset(
         "cuCtxSynchronize",
         "cuStreamSynchronize",
         "cuEventSynchronize",
+        "hipDeviceSynchronize",
+        "hipStreamSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
     )
 )
+COMM_PREFIXES = ("c10d::", "nccl:", "gloo:", "mpi:", "ucc:", "record_param_comms")
+# annotation names (lower case, without the #, = and spaces around them) that declare a phase
+PHASE_WORDS = {
+    "forward": "forward",
+    "fwd": "forward",
+    "backward": "backward",
+    "bwd": "backward",
+    "optimizer": "optimizer",
+    "optimizer step": "optimizer",
+    "optimizer_step": "optimizer",
+    "zero_grad": "optimizer",
+    "data": "data",
+    "data loading": "data",
+    "data_loading": "data",
+    "dataloader": "data",
+}
+EVALUATE_FUNCTION = "autograd::engine::evaluate_function:"
 PHASE = {name: i for i, name in enumerate(TRACE_PHASES)}
 _NEST_SLACK = 1e-3  # microseconds: Kineto rounds times to nanoseconds, children may overhang by that
 
 
 def declared_phase(kind: int, name: str) -> str | None:
     """The phase an event sets for itself and its children, or None when it inherits its parent's."""
+    if kind in (OP, ANNOTATION) and name.startswith(COMM_PREFIXES):
+        return "comm"
     if kind == ANNOTATION:
         if name.startswith(("Optimizer.step#", "Optimizer.zero_grad#")):
             return "optimizer"
         if name.startswith("enumerate(DataLoader)#"):
             return "data"
-    elif kind == OP and name.startswith("autograd::engine::evaluate_function:"):
+        if name.endswith(".forward") and not name.startswith(LAYER_PREFIX):
+            return "forward"
+        return PHASE_WORDS.get(name.strip("#= ").lower())
+    if kind == OP and name.startswith(EVALUATE_FUNCTION):
         return "backward"
-    elif kind == RUNTIME and name in SYNC_CALLS:
+    if kind == RUNTIME and name in SYNC_CALLS:
         return "sync"
     return None
 
@@ -126,7 +159,12 @@ def _number(value: object, what: str, where: str, limit: float = 1e18) -> float:
     return number
 
 
+_PLAIN = (int, float)  # exact types: bool is refused
+
+
 def _int(value: object, default: int = -1) -> int:
+    if type(value) is int and -(1 << 62) < value < 1 << 62:
+        return value
     if isinstance(value, bool):
         return default
     if isinstance(value, int):
@@ -139,31 +177,36 @@ def _int(value: object, default: int = -1) -> int:
 @dataclass
 class TraceDocument:
     """A Chrome trace read as a stream: ``events()`` yields its events one at a time and fills
-    ``header`` with the document's other members (``baseTimeNanoseconds``, ...) as it goes."""
+    ``header`` with the document's other members (``baseTimeNanoseconds``, ...) as it goes; the
+    file is read (and gunzipped) a chunk at a time, never held whole."""
 
-    text: str
+    stream: ByteSource
     source: str
-    header: dict
+    header: dict[str, Any]
 
     def events(self) -> Iterator[object]:
         try:
-            yield from stream_member(self.text, "traceEvents", self.header)
+            yield from stream_member(self.stream, "traceEvents", self.header)
         except JsonDefect as exc:
             raise FlameprofError(f"{self.source}: not a readable trace: {exc}") from None
+        except (OSError, EOFError, zlib.error) as exc:
+            if isinstance(self.stream, gzip.GzipFile):
+                raise FlameprofError(f"{self.source}: corrupt or truncated gzip data ({exc})") from None
+            raise FlameprofError(f"cannot read {self.source}: {exc}") from None
+
+
+def open_document(fh: BinaryIO, source: str) -> TraceDocument:
+    """The trace in ``fh`` (gzip-compressed or not, told by its first bytes) ready to stream."""
+    head = fh.peek(2)[:2] if hasattr(fh, "peek") else b""
+    stream: ByteSource = fh
+    if head == b"\x1f\x8b":
+        stream = gzip.GzipFile(fileobj=fh, mode="rb")
+    return TraceDocument(stream, source, {})
 
 
 def decode_document(data: bytes, source: str) -> TraceDocument:
-    """The trace (gzip-compressed or not) ready to stream, or one error line."""
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise FlameprofError(f"{source}: corrupt or truncated gzip data ({exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FlameprofError(f"{source}: not UTF-8 text at byte {exc.start}") from None
-    return TraceDocument(text, source, {})
+    """The trace held in ``data`` (gzip-compressed or not) ready to stream."""
+    return open_document(io.BufferedReader(io.BytesIO(data)), source)
 
 
 def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> tuple[Trace, float]:
@@ -181,7 +224,9 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
             _read_complete(event, index, source, hosts, devices, steps)
         elif phase_char == "i" and event.get("name") == "[memory]":
             where = f"{source}: trace event {index}"
-            args = event.get("args") if isinstance(event.get("args"), dict) else {}
+            args = event.get("args")
+            if not isinstance(args, dict):
+                args = {}
             device = -1 if _int(args.get("Device Type"), 0) == 0 else _int(args.get("Device Id"), 0)
             memory.append(
                 (
@@ -220,12 +265,19 @@ def _read_complete(event: dict, index: int, source: str, hosts: list, devices: l
     name = sys.intern(name if isinstance(name, str) else str(name))  # one string per distinct op name
     if category == "python_function" and not name.startswith(MODULE_PREFIX):
         return  # Python frames of with_stack: the samples show the Python side
-    where = f"{source}: trace event {index} ({name[:60]!r})"
-    start = _number(event.get("ts"), "ts", where)
-    dur = _number(event.get("dur", 0), "dur", where)
-    if dur < 0:
-        raise FlameprofError(f"{where}: negative duration")
-    args = event.get("args") if isinstance(event.get("args"), dict) else {}
+    start: Any = event.get("ts")  # a JSON value: checked next
+    dur: Any = event.get("dur", 0)
+    if type(start) in _PLAIN and type(dur) in _PLAIN and -1e18 <= start <= 1e18 and 0 <= dur <= 1e18:
+        start, dur = float(start), float(dur)  # the common case, without building a message
+    else:
+        where = f"{source}: trace event {index} ({name[:60]!r})"
+        start = _number(start, "ts", where)
+        dur = _number(dur, "dur", where)
+        if dur < 0:
+            raise FlameprofError(f"{where}: negative duration")
+    args = event.get("args")
+    if not isinstance(args, dict):
+        args = {}
     if category in DEVICE_CATEGORIES:
         size = args.get("bytes", 0)
         devices.append(
@@ -237,7 +289,9 @@ def _read_complete(event: dict, index: int, source: str, hosts: list, devices: l
                 _int(args.get("device"), _int(event.get("pid"), 0)),
                 _int(args.get("stream"), _int(event.get("tid"), 0)),
                 _int(args.get("correlation")),
-                _number(size, "bytes", where) if size not in (None, "") else 0.0,
+                _number(size, "bytes", f"{source}: trace event {index} ({name[:60]!r})")
+                if size not in (None, "")
+                else 0.0,
             )
         )
         return
@@ -302,14 +356,34 @@ def _nest(hosts: list[_Host], memory: list[tuple]) -> tuple[list[int], list[int]
     return np.lexsort((rows[:n], -dur, start)).tolist(), memory_event
 
 
+def autograd_threads(hosts: list[_Host]) -> set[tuple[int, int]]:
+    """The (pid, tid) of the autograd engine's device threads: an outermost ``evaluate_function`` on
+    them runs the backward of an op that another thread ran forward (on a CPU the thread that calls
+    ``backward()`` runs it, so a loop's own thread is never one)."""
+    forward: dict[tuple[int, int], tuple[float, int]] = {}  # (pid, sequence number) -> its first op
+    for host in hosts:
+        if host.kind == OP and host.seq >= 0:
+            key = (host.pid, host.seq)
+            if key not in forward or host.start < forward[key][0]:
+                forward[key] = (host.start, host.tid)
+    return {
+        (host.pid, host.tid)
+        for host in hosts
+        if host.parent == NO_PARENT
+        and host.name.startswith(EVALUATE_FUNCTION)
+        and forward.get((host.pid, host.seq), (0.0, host.tid))[1] != host.tid
+    }
+
+
 def _attribute(hosts: list[_Host], order: list[int]) -> None:
     """Layer and phase of every host event, in time order so forward ops precede their backward."""
     forward_layer: dict[tuple[int, int], str] = {}  # (pid, sequence number) -> forward layer
+    engine = autograd_threads(hosts)
     for i in order:
         host = hosts[i]
         parent = hosts[host.parent] if host.parent >= 0 else None
         layer = parent.layer if parent else ""
-        phase = parent.phase if parent else "other"
+        phase = parent.phase if parent else "backward" if (host.pid, host.tid) in engine else "other"
         declared = declared_phase(host.kind, host.name)
         if declared is not None and not (declared == "sync" and phase == "backward"):
             phase = declared
@@ -379,7 +453,6 @@ def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds
         "pid": lambda d, o: o.pid if o else 0,
         "tid": lambda d, o: d[5],
         "device": lambda d, o: d[4],
-        "parent": None,
         "layer": lambda d, o: intern(o.layer) if o else -1,
         "phase": lambda d, o: PHASE[o.phase] if o else other,
         "flops": lambda d, o: 0.0,

@@ -5,6 +5,9 @@ Each host event becomes one sample of its own (self) time on its thread, at its 
 the event's nesting: annotations and ops as frames, a layer annotation as a ``layer`` frame, and
 the backward op of a layer under a ``<layer> (backward)`` frame. Phase annotations are scopes with
 their phase declared (``meta['scope_phases']``), as a user's ``flameprof.scope(..., phase=)`` is.
+The autograd engine's work on its own thread, and the time another thread of the process spends
+in none of its traced events while that work runs (the loop waiting in ``backward()``, whose
+Python frames a trace does not hold), go under an ``autograd engine (backward)`` frame.
 Device activity stays in the trace (its own timeline, not a host thread's time).
 """
 
@@ -49,6 +52,54 @@ def _frame(trace: Trace, i: int) -> Frame:
     return Frame(name, kind="native")
 
 
+ENGINE = Frame("autograd engine (backward)", kind="scope")
+
+
+def thread_keys(trace: Trace) -> np.ndarray:
+    """One int64 per event naming its (pid, tid)."""
+    ev = trace.events
+    return ev["pid"].astype(np.int64) * (1 << 32) + (ev["tid"].astype(np.int64) & 0xFFFFFFFF)
+
+
+def engine_roots(trace: Trace, host: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The outermost events of the autograd engine's threads: those whose outermost events the
+    reader made all backward, collectives or syncs, and some backward (see ``kineto.py``)."""
+    ev = trace.events
+    roots = host[ev["parent"][host] < 0]
+    phase = ev["phase"][roots]
+    backward = TRACE_PHASES.index("backward")
+    others = np.isin(phase, [backward, TRACE_PHASES.index("comm"), TRACE_PHASES.index("sync")], invert=True)
+    engine = np.setdiff1d(keys[roots][phase == backward], keys[roots][others])
+    return roots[np.isin(keys[roots], engine)]
+
+
+def backward_waits(trace: Trace, host: np.ndarray, engine: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per event, the seconds of its own time (not in a child event) that overlap the outermost
+    events of the autograd engine's threads of its process (``engine``); 0 on those threads."""
+    ev = trace.events
+    waits = np.zeros(trace.num_events)
+    start, end = ev["start"], ev["start"] + ev["dur"]
+    engine_threads = np.unique(keys[engine])
+    for pid in np.unique(ev["pid"][engine]).tolist():
+        roots = engine[ev["pid"][engine] == pid]
+        spans = sorted(zip(start[roots].tolist(), end[roots].tolist()))
+        merged: list[list[float]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        edges = np.asarray(merged).ravel()  # busy from each even edge to the next odd one
+        busy = np.concatenate([[0.0], np.cumsum(np.diff(edges) * np.resize([1.0, 0.0], len(edges) - 1))])
+        mine = host[(ev["pid"][host] == pid) & ~np.isin(keys[host], engine_threads)]
+        overlap = np.zeros(trace.num_events)
+        overlap[mine] = np.interp(end[mine], edges, busy) - np.interp(start[mine], edges, busy)
+        inner = mine[ev["parent"][mine] >= 0]
+        np.add.at(waits, ev["parent"][inner], -overlap[inner])
+        waits[mine] += overlap[mine]
+    return np.maximum(waits, 0.0)
+
+
 def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     ev = trace.events
     builder = ProfileBuilder()
@@ -58,6 +109,12 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     parent = ev["parent"]
     has_parent = parent[host] >= 0
     np.add.at(children, parent[host][has_parent], ev["dur"][host][has_parent])
+    keys = thread_keys(trace)  # (pid, tid) of each event, as one int64
+    engine = engine_roots(trace, host, keys)
+    waits = backward_waits(trace, host, engine, keys)
+    engine_root = np.zeros(trace.num_events, dtype=bool)
+    engine_root[engine] = True
+    engine_frame = builder.frame(ENGINE) if len(engine) else -1
     order = sorted(host.tolist(), key=lambda i: (float(ev["start"][i]), -float(ev["dur"][i])))
     stack: dict[int, int] = {}
     scope_phases: dict[str, str] = {}
@@ -68,10 +125,12 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
         frames = []
         layer = int(ev["layer"][i])
         parent_layer = int(ev["layer"][p]) if p >= 0 else -1
+        phase = declared_phase(int(ev["kind"][i]), trace.names[int(ev["name"][i])])
+        if engine_root[i] and phase is None:
+            frames.append(engine_frame)
         if ev["phase"][i] == backward and layer >= 0 and layer != parent_layer:
             frames.append(builder.frame(Frame(f"{trace.names[layer]} (backward)", kind="layer")))
         frame = _frame(trace, i)
-        phase = declared_phase(int(ev["kind"][i]), trace.names[int(ev["name"][i])])
         if frame.kind == "scope" and phase is not None:
             scope_phases[frame.name] = phase
         frames.append(builder.frame(frame))
@@ -82,8 +141,12 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
         thread = builder.thread_id(int(ev["pid"][i]), int(ev["tid"][i]))
         end = float(ev["start"][i] + ev["dur"][i])
         own = max(float(ev["dur"][i] - children[i]), 0.0)
-        if own > 0:
-            builder.add_sample(end, thread, sid, own, own)
+        wait = min(float(waits[i]), own)
+        if own > wait:
+            builder.add_sample(end, thread, sid, own - wait, own - wait)
+        if wait > 0:
+            waited = builder.stack_id([engine_frame], parent=sid)
+            builder.add_sample(end, thread, waited, wait, 0.0)  # waiting: wall time, no CPU
         if frame.kind == "scope" and trace.names[int(ev["name"][i])].startswith(STEP_PREFIXES):
             marks.append(Mark(end, thread, "step", "user"))
     for pid in sorted({int(ev["pid"][i]) for i in host.tolist()}):

@@ -17,7 +17,7 @@ from ...model.profile import Profile
 from ...model.validate import check_profile
 from .detect import FORMATS, HEAD, detect_format
 from .folded import read_folded_chunks
-from .kineto import decode_document
+from .kineto import open_document
 from .kineto_profile import read_kineto, read_kineto_document
 from .perf_script import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
@@ -115,13 +115,38 @@ def load_input(path: str, strict: bool = True) -> Profile:
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
             with _held_warnings():
                 return _found(read_folded_chunks(chunks, source, strict), source, "folded")
+        if fmt == "kineto":  # streamed a chunk at a time: a trace may be gigabytes
+            stream = _rewound(fh, start, head)
+            with _held_warnings():
+                profile = read_kineto_document(open_document(stream, source), source)
+            return _found(profile, source, fmt)
         if start is not None:  # read whole from the start: no second copy to join the head to the rest
             fh.seek(start)
             data = fh.read()
         else:
             data = head + fh.read()
-    if fmt == "kineto":  # decoded to text at once, and the bytes let go: a trace may be 100s of MB
-        document = decode_document(data, source)
-        del data
-        return _found(read_kineto_document(document, source), source, fmt)
     return load_bytes(data, source, fmt, strict)
+
+
+def _rewound(fh: BinaryIO, start: int | None, head: bytes) -> BinaryIO:
+    """``fh`` read again from ``start`` (its head put back in front when it cannot seek)."""
+    if start is not None:
+        fh.seek(start)
+        return fh if hasattr(fh, "peek") else io.BufferedReader(fh)  # type: ignore[type-var]  # any stream with readinto() will do; the stubs want a raw one
+    return io.BufferedReader(_Chained(head, fh))
+
+
+class _Chained(io.RawIOBase):
+    """``head`` then the rest of ``fh``: a pipe read again from its start."""
+
+    def __init__(self, head: bytes, fh: BinaryIO) -> None:
+        self.head, self.fh = head, fh
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.head[: len(buffer)] if self.head else self.fh.read(len(buffer))
+        self.head = self.head[len(data) :]
+        buffer[: len(data)] = data
+        return len(data)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import IO, TYPE_CHECKING, Generic, NamedTuple, TypeVar, cast
 
 from ...errors import FlameprofError
 from ...model.builder import ProfileBuilder
@@ -62,6 +62,10 @@ class CollapseOptions:
 LineFrames = tuple[tuple[bytes, bytes, bytes], ...]
 
 
+# The C reader of regular blocks: (data, start) -> (end, lines read, whether it stopped at a block)
+FastBlocks = Callable[[bytes, int], tuple[int, int, bool]]
+
+
 class _Rest(NamedTuple):
     value: object  # the caller's value of these lines, or _IMPURE
     bad: tuple[int, ...]  # indices of unrecognised lines
@@ -73,7 +77,11 @@ def _number(digits: bytes) -> int:
     return int(digits) if len(digits) <= 19 else 10**19
 
 
-class PerfScriptParser:
+P = TypeVar("P")  # a stack line's piece
+V = TypeVar("V")  # a sample's value
+
+
+class PerfScriptParser(Generic[P, V]):
     """Turns ``perf script`` output into samples ``(header, pname, period, value)``.
 
     The caller says what a sample's value is: ``part`` turns one stack line's frames into a piece,
@@ -86,9 +94,9 @@ class PerfScriptParser:
 
     def __init__(
         self,
-        part: Callable[[LineFrames], object],
-        extend: Callable[[object, object], object],
-        empty: object,
+        part: Callable[[LineFrames], P],
+        extend: Callable[[V, P], V],
+        empty: V,
         options: CollapseOptions = CollapseOptions(),
         strict: bool = False,
         source: str = "<stdin>",
@@ -119,11 +127,17 @@ class PerfScriptParser:
         self._lines_done = 0  # lines in input consumed before the current chunk
 
     # -- public ----------------------------------------------------------------------------
-    def samples(self, chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
-        """Yield ``(header line, pname, period, value)`` per kept sample, in input order."""
+    def samples(
+        self, chunks: Iterable[bytes], fast: FastBlocks | None = None
+    ) -> Iterator[tuple[bytes, bytes, int, V]]:
+        """Yield ``(header line, pname, period, value)`` per kept sample, in input order. ``fast`` reads
+        the regular blocks itself (they are not yielded) and hands each other one back to this reader."""
         leftover = b""
         for chunk in chunks:
             if not chunk:
+                continue
+            if fast is not None:
+                leftover = yield from self._mixed(leftover, chunk, fast)
                 continue
             data = leftover + chunk if leftover else chunk
             blocks = data.split(b"\n\n")
@@ -151,7 +165,34 @@ class PerfScriptParser:
             )
 
     # -- block processing --------------------------------------------------------------------
-    def _blocks(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, object]]:
+    def _mixed(
+        self, leftover: bytes, chunk: bytes, fast: FastBlocks
+    ) -> Generator[tuple[bytes, bytes, int, V], None, bytes]:
+        """The complete blocks of ``leftover + chunk`` read by ``fast`` up to each block it leaves to
+        ``_blocks``; returns what follows the last blank line. The chunk is not copied: only the block
+        that ``leftover`` begins is joined to its end in ``chunk``."""
+        data, pos = chunk, 0
+        if leftover:
+            if leftover[-1:] == b"\n" and chunk[:1] == b"\n":
+                cut = 1
+            else:
+                cut = chunk.find(b"\n\n") + 2
+                if cut < 2:
+                    return leftover + chunk
+            rest = yield from self._mixed(b"", leftover + chunk[:cut], fast)
+            assert not rest
+            pos = cut
+        while True:
+            pos, lines, declined = fast(data, pos)
+            self._lines_done += lines
+            if not declined:
+                return data[pos:]
+            end = data.index(b"\n\n", pos)
+            yield from self._blocks([data[pos:end]])
+            self._lines_done += data.count(b"\n", pos, end) + 2
+            pos = end + 2
+
+    def _blocks(self, blocks: list[bytes]) -> Iterator[tuple[bytes, bytes, int, V]]:
         """Each block is followed by a blank line. Fast path: a header line, a leaf line (its piece
         cached) and the lines below it (their value cached); anything else takes the slow path, and
         with ``srcline`` every block does: a frame line's source lines are read blindly (blank lines
@@ -180,9 +221,12 @@ class PerfScriptParser:
                 below = rest_caches[java].get(rest)
                 if below is None:
                     below = self._rest(rest, java)
-                piece = _SKIP if leaf is None else line_caches[java].get(leaf, _MISSING)
-                if piece is _MISSING:
-                    piece = self._line_piece(leaf, java)
+                if leaf is None:
+                    piece = _SKIP
+                else:
+                    piece = line_caches[java].get(leaf, _MISSING)
+                    if piece is _MISSING:
+                        piece = self._line_piece(leaf, java)
                 if below.value is not _IMPURE and piece is not _IMPURE:
                     if piece is _BAD:
                         self._bad(offset + 2, 1)
@@ -191,10 +235,12 @@ class PerfScriptParser:
                     kept = self._header_line(header, m)
                     if kept is not None:
                         self._pname = None
-                        value = (
+                        # the markers (_IMPURE, _BAD, _SKIP) are ruled out: a value and a piece remain
+                        value = cast(
+                            V,
                             below.value
                             if piece is None or piece is _BAD or piece is _SKIP
-                            else extend(below.value, piece)
+                            else extend(cast(V, below.value), cast(P, piece)),
                         )
                         yield header, kept, self._period, value
                     offset += below.nlines + (2 if leaf is None else 3)
@@ -244,14 +290,12 @@ class PerfScriptParser:
             if piece is _BAD:
                 bad.append(i)
             elif piece is not None and piece is not _SKIP:
-                value = extend(value, piece)
+                value = extend(value, cast(P, piece))  # not a marker: _IMPURE and _BAD are out
         entry = _Rest(value, tuple(sorted(bad)), len(lines))
         self._rest_cache[java][rest] = entry
         return entry
 
-    def _slow(
-        self, lines: list[bytes], offset: int, flush: bool
-    ) -> Iterator[tuple[bytes, bytes, int, object]]:
+    def _slow(self, lines: list[bytes], offset: int, flush: bool) -> Iterator[tuple[bytes, bytes, int, V]]:
         """The Perl main loop, line by line; ``flush`` adds the blank line that ended the block."""
         if flush:
             lines = lines + [b""]
@@ -264,8 +308,8 @@ class PerfScriptParser:
             if not line:
                 if self._pname is not None:
                     value = self.empty
-                    for parsed in reversed(self._parts):
-                        value = self.extend(value, self.part(parsed))
+                    for frames in reversed(self._parts):
+                        value = self.extend(value, self.part(frames))
                     yield self._header, self._pname, self._period, value
                     self._parts = []
                     self._pname = None
@@ -405,7 +449,7 @@ def _append(text: bytes, piece: bytes) -> bytes:
     return text + piece
 
 
-def read_chunks(stream: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:
+def read_chunks(stream: IO[bytes], size: int = CHUNK) -> Iterator[bytes]:
     while True:
         chunk = stream.read(size)
         if not chunk:
@@ -418,17 +462,36 @@ def collapse_perf(
     options: CollapseOptions = CollapseOptions(),
     strict: bool = False,
     source: str = "<stdin>",
+    native: bool = True,
 ) -> dict[bytes, int]:
-    """Collapsed stacks (``stack -> summed period``) exactly as stackcollapse-perf.pl computes them."""
+    """Collapsed stacks (``stack -> summed period``) exactly as stackcollapse-perf.pl computes them;
+    ``native=False`` keeps to the Python reader (the C one reads the regular samples otherwise)."""
     parser = PerfScriptParser(_collapsed_piece, _append, b"", options, strict, source)
     out: dict[bytes, int] = {}
     get = out.get
-    for _header, pname, period, body in parser.samples(chunks):
+    fast = _native_blocks(parser, out) if native else None
+    for _header, pname, period, body in parser.samples(chunks, fast):
         key = pname + body
         out[key] = get(key, 0) + period
     note_skipped(None, source, parser.skipped, f"line {parser.first_bad}", "unrecognized perf script line")
     parser.report()
     return out
+
+
+def _native_blocks(parser: PerfScriptParser[bytes, bytes], out: dict[bytes, int]) -> FastBlocks | None:
+    """The C reader of regular samples (``flameprof._perf``), adding to ``out`` directly; None when it is
+    not built or the options need what only the Python reader does (addr2line, source lines)."""
+    options = parser.options
+    if options.inline or options.srcline:
+        return None
+    try:
+        from ..._perf import Collapser
+    except ImportError:
+        return None
+    collapser = Collapser(
+        out, parser.other_events, options.pid, options.tid, options.kernel, options.jit, options.addrs
+    )
+    return lambda data, start: collapser.feed(data, start, parser.event_filter)
 
 
 def format_collapsed(collapsed: dict[bytes, int]) -> Iterator[bytes]:

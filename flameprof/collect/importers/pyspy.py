@@ -228,7 +228,7 @@ class _SpeedscopeReader:
 
     def stack(self, indices: list, default: tuple) -> tuple[int, int]:
         """(thread index, stack id) of a root-first list of frame indices; raises ValueError on bad ones."""
-        roots = []
+        roots: list[tuple] = []
         n = 0
         for i in indices:
             root = self.roots[i] if type(i) is int and 0 <= i < len(self.roots) else None

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import NoReturn
 
 from ...model.records import ProcessInfo, short_command
 from ..engine.counters import CounterRecorder
@@ -90,7 +91,8 @@ def _take_locks_before_sampling() -> None:
     held and hang at its own ``tempfile`` call (a forkserver forks right after it starts, while its
     sampler's first tick may be writing a part).
     """
-    tempfile._get_candidate_names()  # its first call takes tempfile's module lock; later ones do not
+    # private, absent from the stubs: the one call that takes the lock without making a file
+    tempfile._get_candidate_names()  # type: ignore[attr-defined]  # its first call takes tempfile's module lock; later ones do not
 
 
 def _install_exit_hooks() -> None:
@@ -213,6 +215,7 @@ class _Recorder:
         self.session = SESSION
         self.pid = os.getpid()
         self.host = socket.gethostname()
+        assert SESSION.builder is not None  # the session started before its recorder
         self.writer = PartWriter(directory, SESSION.builder, self.host, self.pid)
         self.forked_from = forked_from
         self.created = time.time()
@@ -284,6 +287,7 @@ def record_this_process(directory: str, forked_from: int = 0) -> None:
     The program's signal handlers stay its own: a signal that ends the process (SIGTERM, SIGKILL)
     leaves the part of the last flush."""
     _TREE.recorder = _Recorder(directory, forked_from)
+    assert SESSION.sampler is not None  # the session started before its recorder
     hooks = SESSION.sampler.tick_hooks
     if _tick not in hooks:
         hooks.append(_tick)
@@ -314,7 +318,7 @@ def _finish_recorder() -> None:
 _real_exit = os._exit
 
 
-def _exit_after_flush(status: int) -> None:
+def _exit_after_flush(status: int) -> NoReturn:
     """``os._exit`` in a profiled process: write the final part first (atexit will not run)."""
     _finish_recorder()
     _real_exit(status)

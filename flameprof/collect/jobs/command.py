@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...errors import FlameprofError
 
@@ -45,7 +45,7 @@ def _in_foreground() -> bool:
         os.close(fd)
 
 
-def _child_setup(own_group: bool, ignored_here: list[int]):
+def _child_setup(own_group: bool, ignored_here: Sequence[int]):
     """The child's set-up between fork and exec: killed when flameprof dies, maybe in its own group,
     and the signals that flameprof ignores for the child's sake back to their default action (an
     ignored signal stays ignored across exec)."""

@@ -124,13 +124,13 @@ class PartWriter:
                 }
                 texts = {"frames.json": "[" + ",".join(self._frames_json[:n_frames]) + "]"}
                 texts.update((name, json_text(table)) for name, table in tables.items())
-                tables = {
+                columns = {
                     "stack_parent": array("i", b.stack_parent[:n_stacks]),
                     "stack_frame": array("i", b.stack_frame[:n_stacks]),
                 }
                 # with the builder's lock held: no rows are taken off while they are converted
                 with atomic_file(self.path, "wb", private=True) as fh:  # private: a program's stacks
-                    write_zip(_Appender(fh), texts, self._npy_members(tables, sources))
+                    write_zip(_Appender(fh), texts, self._npy_members(columns, sources))
             self.written = recorded
         finally:
             self.lock.release()
@@ -181,6 +181,9 @@ class _Appender:
 
     def flush(self) -> None:
         self._fh.flush()
+
+    def close(self) -> None:
+        """Nothing: the zip leaves a file it was handed open (``atomic_file`` closes it)."""
 
 
 def _rows_source(columns: tuple) -> tuple[int, Callable[[int], Iterable[bytes]]]:

@@ -34,7 +34,7 @@ class Target:
     module_name: str | None = None  # a module run as ``python -m`` runs it (through runpy)
 
 
-def _main_module(file: str | None, spec=None) -> types.ModuleType:
+def _main_module(file: str, spec=None) -> types.ModuleType:
     module = types.ModuleType("__main__")
     module.__file__ = file
     module.__spec__ = spec
@@ -42,7 +42,7 @@ def _main_module(file: str | None, spec=None) -> types.ModuleType:
         spec.loader if spec is not None else importlib.machinery.SourceFileLoader("__main__", file)
     )
     module.__package__ = spec.parent if spec is not None else None
-    module.__builtins__ = __builtins__
+    module.__dict__["__builtins__"] = __builtins__
     return module
 
 
@@ -86,7 +86,7 @@ def module_target(name: str, args: list[str]) -> Target:
     if spec is None or spec.loader is None:
         raise FlameprofError(f"no module named {name}")
     module = types.ModuleType("__main__")
-    module.__builtins__ = __builtins__
+    module.__dict__["__builtins__"] = __builtins__
     return Target(None, module, [spec.origin or name, *args], path0, f"-m {name}", module_name=name)
 
 
@@ -103,18 +103,21 @@ def install(target: Target) -> None:
 def exec_target(target: Target) -> None:
     """Run the target's code in its ``__main__`` namespace (the sampler's boundary frame)."""
     if target.module_name is not None:
-        runpy._run_module_as_main(target.module_name, alter_argv=False)
+        # runpy's private runner (what ``python -m`` uses), absent from the stubs
+        runpy._run_module_as_main(target.module_name, alter_argv=False)  # type: ignore[attr-defined]
         return
     if target.syntax_error is not None:
         raise target.syntax_error
+    assert target.code is not None  # a script target without a syntax error has its code
     exec(target.code, target.module.__dict__)
 
 
 def boundary_codes() -> set[types.CodeType]:
     """Where the profile's stacks start: these frames and everything rootward of them are dropped.
     The runners of the target, and the code of every frame on the calling stack."""
-    codes = {exec_target.__code__, runpy._run_code.__code__}
-    frame = sys._getframe(1)
+    # runpy's private runner, absent from the stubs
+    codes = {exec_target.__code__, runpy._run_code.__code__}  # type: ignore[attr-defined]
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         codes.add(frame.f_code)
         frame = frame.f_back
@@ -124,7 +127,9 @@ def boundary_codes() -> set[types.CodeType]:
 def print_target_exception(exc: BaseException, target: Target) -> None:
     """Print ``exc`` through ``sys.excepthook`` as Python would, without flameprof's frames: from
     the target's code, or for a module from runpy's, as ``python -m`` shows them."""
-    first = runpy._run_module_as_main.__code__ if target.module_name is not None else target.code
+    # runpy's private runner, absent from the stubs
+    main_runner = runpy._run_module_as_main  # type: ignore[attr-defined]
+    first = main_runner.__code__ if target.module_name is not None else target.code
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code is not first:
         tb = tb.tb_next
