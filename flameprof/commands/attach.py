@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..errors import FlameprofError, InjectUnavailable
-from .options import add_render_options, output_options, positive_rate, positive_seconds
+from .options import add_render_options, add_sampling_options, output_options, positive_seconds
 
 BACKENDS = ("inject", "py-spy")
 
@@ -26,16 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="TIME",
         help="how long to profile: seconds, or 30s, 5m, 1h (default: until Ctrl-C)",
     )
-    p.add_argument(
-        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
-    )
-    p.add_argument(
-        "-o",
-        "--output",
-        default="flameprof-out",
-        metavar="DIR",
-        help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)",
-    )
+    add_sampling_options(p, "flameprof-out", "profile.flameprof, profile.folded and profile.svg")
     p.add_argument(
         "--backend",
         choices=BACKENDS,

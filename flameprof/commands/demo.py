@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from ..errors import FlameprofError
-from .options import positive_rate
+from .options import add_sampling_options
 
 EXAMPLES = {"cnn": "flameprof.examples.cnn_train", "inference": "flameprof.examples.inference"}
 
@@ -26,16 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         usage="flameprof demo [--example cnn|inference] [-o DIR] [--rate HZ] [-- example args ...]",
     )
     p.add_argument("--example", choices=tuple(EXAMPLES), default="cnn", help="which example (default: cnn)")
-    p.add_argument(
-        "-o",
-        "--output",
-        default="flameprof-demo",
-        metavar="DIR",
-        help="directory for the profile and flame graph (default: ./flameprof-demo)",
-    )
-    p.add_argument(
-        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
-    )
+    add_sampling_options(p, "flameprof-demo", "the profile and flame graph")
     p.add_argument(
         "example_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for the example"
     )

@@ -76,6 +76,17 @@ def export_formats(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(expanded))
 
 
+def add_sampling_options(parser: argparse.ArgumentParser, output: str, holds: str) -> None:
+    """``-o/--output DIR`` (default ``output``; ``holds`` says what it receives) and ``--rate``: the
+    options of every command that samples (run, attach, demo)."""
+    parser.add_argument(
+        "-o", "--output", default=output, metavar="DIR", help=f"directory for {holds} (default: ./{output})"
+    )
+    parser.add_argument(
+        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
+    )
+
+
 def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu")) -> None:
     """How profiles are shown: weight, folded counts, flame graph look."""
     parser.add_argument(

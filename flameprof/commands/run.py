@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, NoReturn
 from ..collect.engine.memory_budget import DEFAULT_BUDGET
 from ..collect.jobs import script
 from ..errors import FlameprofError
-from .options import add_render_options, memory_size, output_options, positive_rate, positive_seconds
+from .options import (
+    add_render_options,
+    add_sampling_options,
+    memory_size,
+    output_options,
+    positive_seconds,
+)
 from .run_rescue import Ticker, mark_finishing, start_watcher
 
 if TYPE_CHECKING:
@@ -58,16 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         usage="flameprof run [options] (script.py | -m module) [args ...]\n"
         "       flameprof run [options] -- command [args ...]",
     )
-    p.add_argument(
-        "-o",
-        "--output",
-        default="flameprof-out",
-        metavar="DIR",
-        help="directory for profile.flameprof, profile.folded and profile.svg (default: ./flameprof-out)",
-    )
-    p.add_argument(
-        "--rate", type=positive_rate, default=100.0, metavar="HZ", help="samples per second (default: 100)"
-    )
+    add_sampling_options(p, "flameprof-out", "profile.flameprof, profile.folded and profile.svg")
     p.add_argument(
         "-m", dest="module", action="store_true", help="run a library module as a script, like python -m"
     )

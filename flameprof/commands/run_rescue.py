@@ -21,6 +21,7 @@ import sys
 import time
 
 from ..collect.jobs.tree import ProcessTree
+from ..collect.process_alive import alive
 
 FINISHING = "finishing"  # a file in the parts directory: run writes the outputs itself
 SNAPSHOT = "profile.snapshot.flameprof"
@@ -115,7 +116,7 @@ def _wait_for_exit(pid: int, timeout: float | None) -> bool:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # before Linux 5.3: look every 0.2 s
         deadline = None if timeout is None else time.monotonic() + timeout
-        while _alive(pid):
+        while alive(pid):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(0.2)
@@ -124,16 +125,6 @@ def _wait_for_exit(pid: int, timeout: float | None) -> bool:
         return bool(select.select([fd], [], [], timeout)[0])
     finally:
         os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _rescue(pid: int, parts: str, write) -> None:

@@ -60,6 +60,20 @@ def _flops(n: float) -> str:
     return f"{n / 1e9:.3f} GFLOP" if n >= 1e7 else f"{n / 1e6:.3f} MFLOP"
 
 
+_LAYER_WIDTHS = (24, 12, 12, 9, 10)  # the text table's columns: forward, backward, FLOPs, GFLOP/s, params
+
+
+def _layer_cells(row: dict) -> tuple[str, ...]:
+    """A layer's cells in both tables: forward, backward, FLOPs, GFLOP/s, params."""
+    return (
+        _ms(row["forward"]),
+        _ms(row["backward"]),
+        _flops(row["flops"]),
+        f"{row['gflops_per_s']:.2f}",
+        str(row["params"]),
+    )
+
+
 def format_ops_text(data: dict, top: int) -> list[str]:
     ops, memory, device = data["ops"], data["memory"], data["device"]
     if not ops:
@@ -79,10 +93,8 @@ def format_ops_text(data: dict, top: int) -> list[str]:
     if ops["layers"]:
         out += ["", "layers in the window:        forward     backward        FLOPs   GFLOP/s     params"]
         for row in ops["layers"][:top]:
-            out.append(
-                f"  {_ms(row['forward']):>24} {_ms(row['backward']):>12} {_flops(row['flops']):>12} "
-                f"{row['gflops_per_s']:>9.2f} {row['params']:>10}  {row['name']}"
-            )
+            cells = " ".join(f"{cell:>{width}}" for cell, width in zip(_layer_cells(row), _LAYER_WIDTHS))
+            out.append(f"  {cells}  {row['name']}")
     if memory:
         where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
         out += ["", f"memory ({memory['device']}): peak {_bytes(memory['peak'])} at {where}"]
@@ -136,10 +148,7 @@ def format_ops_markdown(data: dict, top: int) -> list[str]:
             "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in ops["layers"][:top]:
-            out.append(
-                f"| {markdown.code(row['name'])} | {_ms(row['forward'])} | {_ms(row['backward'])} | "
-                f"{_flops(row['flops'])} | {row['gflops_per_s']:.2f} | {row['params']} |"
-            )
+            out.append(f"| {markdown.code(row['name'])} | {' | '.join(_layer_cells(row))} |")
     if memory:
         where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
         out += ["", f"Memory ({memory['device']}): peak {_bytes(memory['peak'])} at {markdown.code(where)}."]

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 
 from ...errors import FlameprofError
+from ..process_alive import alive
 from .agent import MAX_LINE, SOCKET_NAME
-from .target import TargetProcess, alive
+from .target import TargetProcess
 
 
 class Channel:

@@ -35,11 +35,12 @@ from ...model.profile import Profile
 from ...model.trace import concat
 from ..engine.trace_window import read_exported
 from ..jobs.parts import part_files, wait_for_parts
+from ..process_alive import alive
 from .agent import DETACH_THREAD, FLUSH_INTERVAL, mark_detached
 from .bootstrap import BOOTSTRAP_ERROR, bootstrap_source, package_dir
 from .channel import Channel, Remote
 from .ptrace_injector import inject, try_inject, try_inject_late, unavailable
-from .target import TargetProcess, alive, sees_paths
+from .target import TargetProcess, sees_paths
 from .watch import WATCH_INTERVAL, ChildWatcher, part_pid
 
 CONNECT_TIMEOUT = 10.0  # the main thread must reach a safe point (run a bytecode) within this

@@ -20,8 +20,9 @@ import subprocess
 import sys
 
 from ...errors import FlameprofError, InjectUnavailable
+from ..process_alive import alive
 from .elf_symbols import resolve
-from .target import TargetProcess, alive, explain_ptrace_failure
+from .target import TargetProcess, explain_ptrace_failure
 from .watch import RETRY
 
 HELPER_TIMEOUT = 60.0

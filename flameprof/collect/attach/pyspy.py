@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from ...errors import FlameprofError
 from ...model.records import ProcessInfo
 from ..importers.pyspy import read_speedscope
-from .target import TargetProcess, alive, explain_ptrace_failure
+from ..process_alive import alive
+from .target import TargetProcess, explain_ptrace_failure
 
 if TYPE_CHECKING:
     from ...model.profile import Profile

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from ...errors import FlameprofError
+from ..process_alive import alive
 
 SUPPORTED = ((3, 10), (3, 11), (3, 12), (3, 13))
 CAP_SYS_PTRACE = 19
@@ -209,12 +210,6 @@ def _looks_like_python(pid: int) -> bool:
         return python_version(os.readlink(f"/proc/{pid}/exe"), "") is not None
     except OSError:
         return False
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` exists and has not exited (a zombie has)."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
 
 
 _HELPERS = (

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..jobs.parts import SUFFIX, part_files
-from .target import TargetProcess, alive, descendants, profilable, runs_parents_program, sees_paths
+from ..process_alive import alive
+from .target import TargetProcess, descendants, profilable, runs_parents_program, sees_paths
 
 WATCH_INTERVAL = 0.1  # seconds between looks at the process tree (about 1 ms each)
 FORK_GRACE = 0.3  # a followed fork has written its part by then

@@ -33,6 +33,7 @@ from ...model.fileformat import (
     write_zip,
 )
 from ...model.records import SAMPLE_COLUMNS, ProcessInfo
+from ..process_alive import alive
 
 PREFIX = "part-"
 SUFFIX = ".flameprof"
@@ -224,24 +225,6 @@ def _part_state(path: str) -> tuple[bool, int]:
         return True, 0
 
 
-def _running(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie has ended: it only waits to be reaped)."""
-    if pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return not os.path.isdir("/proc")
-
-
 def wait_for_parts(directory: str, grace: float) -> list[str]:
     """Wait up to ``grace`` seconds for processes still running to write their final part.
 
@@ -251,6 +234,6 @@ def wait_for_parts(directory: str, grace: float) -> list[str]:
     while True:
         states = {path: _part_state(path) for path in part_files(directory)}
         partial = [path for path, (done, _) in states.items() if not done]
-        if time.monotonic() >= deadline or not any(_running(states[path][1]) for path in partial):
+        if time.monotonic() >= deadline or not any(alive(states[path][1]) for path in partial):
             return partial
         time.sleep(0.05)
