@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.profiler import Profiler
 
 PHASE_TARGET = 2.0

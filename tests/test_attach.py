@@ -193,7 +193,8 @@ while True:
 
 
 def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
-    from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
+    from flameprof.analyze.phases import phase_of_samples
+    from flameprof.model.phase_names import LEAF_PHASES
 
     trainer = subprocess.Popen([sys.executable, "-c", TORCH_TARGET], stdout=subprocess.PIPE, text=True)
     try:

@@ -12,7 +12,7 @@ import torch
 from loop_models import mlp
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.profiler import Profiler
 from flameprof.render.report import apart_line, report_data
 

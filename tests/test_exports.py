@@ -14,11 +14,12 @@ from conftest import assert_one_error_line, run_flameprof
 from synthetic import PHASE_STACKS, TICK, training_profile
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
+from flameprof.analyze.phases import phase_of_samples
 from flameprof.collect.importers.folded import read_folded
 from flameprof.errors import FlameprofError
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.frames import Labeler
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.model.profile import Frame
 from flameprof.render.chrome_trace import write_chrome_trace
 from flameprof.render.formats import step_spans

@@ -12,8 +12,8 @@ import pytest
 from conftest import run_flameprof
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES
 from flameprof.model import storage
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.render.firefox import render_firefox
 from flameprof.render.formats import Rendering
 from flameprof.render.options import OutputOptions

@@ -16,8 +16,8 @@ import torch  # noqa: F401  (the runs need torch: without it, test_pythons.sh le
 from conftest import run_flameprof
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES
 from flameprof.model import storage
+from flameprof.model.phase_names import LEAF_PHASES
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "frameworks")
 

@@ -2,7 +2,9 @@
 traces made by torch.profiler in the test, whose totals torch itself reports."""
 
 import gzip
+import io
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -17,6 +19,8 @@ from kineto_traces import (
     IDLE_US,
     LINEAR_FLOPS,
     LINEAR_KERNEL_US,
+    LOOP,
+    PID,
     ddp_step,
     gpu_step,
 )
@@ -26,8 +30,10 @@ from flameprof.analyze.ops import device_verdict, ops_report
 from flameprof.analyze.views import display_stacks
 from flameprof.collect.importers.kineto import decode_document, read_trace
 from flameprof.collect.importers.load import load_bytes
+from flameprof.errors import FlameprofError
 from flameprof.model import storage
-from flameprof.model.trace import OP, TRACE_PHASES
+from flameprof.model.phase_names import PHASES
+from flameprof.model.trace import OP
 
 
 def _report(tmp_path, doc: dict, name: str = "trace.json") -> dict:
@@ -115,7 +121,7 @@ def test_phases_come_from_the_trace_structure_wherever_its_threads_run_them(tmp_
     # the ops themselves: autograd's thread is backward but for its collectives
     profile = load_bytes(json.dumps(ddp_step()).encode(), "ddp.json")
     trace = profile.trace
-    phase = {trace.names[n]: TRACE_PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
+    phase = {trace.names[n]: PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
     assert phase["torch.distributed.ddp.reducer::copy_bucket_to_grad"] == "backward"
     assert phase["AddmmBackward0"] == "backward"
     assert phase["c10d::allreduce_"] == phase["c10d::broadcast_"] == "comm"
@@ -133,7 +139,7 @@ def test_a_cpu_trace_keeps_its_loop_thread_out_of_the_autograd_engine(tmp_path):
     path = str(tmp_path / "cpu.json")
     prof.export_chrome_trace(path)
     trace, _ = read_trace(decode_document(open(path, "rb").read(), path), path)
-    phase = {trace.names[n]: TRACE_PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
+    phase = {trace.names[n]: PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
     assert phase["aten::conv2d"] == "other" and phase[
         "autograd::engine::evaluate_function: AddmmBackward0"
     ] == ("backward")
@@ -147,6 +153,59 @@ def test_flameprof_file_keeps_the_trace(tmp_path):
     for key, column in profile.trace.events.items():
         np.testing.assert_array_equal(again.trace.events[key], column)
     assert ops_report(again) == ops_report(profile)
+
+
+def _rewritten(data: bytes, members: dict[str, bytes]) -> bytes:
+    """A .flameprof file's bytes with some members replaced."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as old, zipfile.ZipFile(out, "w") as new:
+        for info in old.infolist():
+            new.writestr(info.filename, members.get(info.filename, old.read(info.filename)))
+    return out.getvalue()
+
+
+def test_a_file_written_before_the_shared_phase_names_reads_with_its_phases():
+    """Files whose trace.json lists no phases indexed (data, forward, backward, optimizer, sync,
+    other, comm): read today, their events keep those phases."""
+    profile = load_bytes(json.dumps(ddp_step()).encode(), "ddp.json")
+    trace = profile.trace
+    names = [PHASES[p] for p in trace.events["phase"]]
+    assert {"comm", "other", "backward", "forward", "optimizer"} <= set(names)
+    data = storage.dumps(profile)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        head = json.loads(z.read("trace.json"))
+    assert head["phases"] == list(PHASES)
+    del head["phases"]
+    old_order = ("data", "forward", "backward", "optimizer", "sync", "other", "comm")
+    column = io.BytesIO()
+    np.save(column, np.array([old_order.index(n) for n in names], np.int8))
+    old = _rewritten(
+        data, {"trace.json": json.dumps(head).encode(), "trace_events_phase.npy": column.getvalue()}
+    )
+    again = storage.loads(old)
+    assert [PHASES[p] for p in again.trace.events["phase"]] == names
+    # an index past the file's own list is a corrupt file, not a wrong phase
+    np.save(column := io.BytesIO(), np.full(len(names), len(old_order), np.int8))
+    with pytest.raises(FlameprofError, match="phase out of range"):
+        storage.loads(_rewritten(old, {"trace_events_phase.npy": column.getvalue()}))
+
+
+def test_annotations_named_for_eval_and_checkpoint_declare_those_phases():
+    doc = ddp_step()
+    end = max(e["ts"] + e.get("dur", 0) for e in doc["traceEvents"] if e.get("ph") == "X")
+
+    def event(cat: str, name: str, ts: float, dur: float) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "ts": end + ts, "dur": dur, "pid": PID, "tid": LOOP}
+
+    doc["traceEvents"] += [
+        event("user_annotation", "## eval ##", 10, 50),
+        event("cpu_op", "aten::argmax", 20, 20),
+        event("user_annotation", "checkpoint", 70, 30),
+        event("cpu_op", "aten::_to_copy", 75, 10),
+    ]
+    trace = load_bytes(json.dumps(doc).encode(), "ddp.json").trace
+    phase = {trace.names[n]: PHASES[p] for n, p in zip(trace.events["name"], trace.events["phase"])}
+    assert phase["aten::argmax"] == "eval" and phase["aten::_to_copy"] == "checkpoint"
 
 
 @pytest.mark.parametrize(

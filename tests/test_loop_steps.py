@@ -12,8 +12,8 @@ import torch
 from loop_models import mlp
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.phases import LEAF_PHASES
 from flameprof.collect.engine.layers import NAMER
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.profiler import Profiler
 from flameprof.render.report import report_data, steps_line
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flameprof.analyze.phases import LEAF_PHASES, phase_of_samples
+from flameprof.analyze.phases import phase_of_samples
 from flameprof.analyze.steps import find_steps, loop_thread, warmup_count
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.model.profile import Frame, Mark
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"

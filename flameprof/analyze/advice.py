@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
-from .phases import LEAF_PHASES
 from .processes import analyze_processes
 from .steps import data_share
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.frames import Labeler
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .ancestry import Ancestry
-from .phases import LEAF_PHASES, Rule, is_import, phase_of_samples, profile_rules
+from .phases import Rule, is_import, phase_of_samples, profile_rules
 from .steps import StepTable, find_steps, loop_thread
 
 _CODE_KINDS = ("python", "native")

@@ -29,10 +29,10 @@ import numpy as np
 
 from ..errors import FlameprofError
 from ..model.frames import Labeler
+from ..model.phase_names import LEAF_PHASES, PHASES
 from ..model.profile import Frame, Profile
 from .ancestry import Ancestry
 from .breakdown import Analysis, analyze, rank_frames, stack_has, stack_weights
-from .phases import LEAF_PHASES, PHASES
 
 BASES = ("auto", "wall", "step")
 _CODE_KINDS = ("python", "native")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
 from .breakdown import analyze
-from .phases import LEAF_PHASES
 from .tree import CallTree, build_tree, match_paths
 
 BASE_TOTAL = "base_total"

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..model.frames import category
+from ..model.phase_names import PHASES
 from ..model.profile import Frame, Profile
 from ..model.trace import (
     ANNOTATION,
@@ -24,7 +25,6 @@ from ..model.trace import (
     MEMSET,
     OP,
     RUNTIME,
-    TRACE_PHASES,
     Trace,
 )
 from .advice import HIGHLY, MODERATELY
@@ -124,7 +124,7 @@ def layer_table(trace: Trace, times: OpTimes) -> list[dict[str, Any]]:
         return rows[name]
 
     kind, layer, phase = ev["kind"].tolist(), ev["layer"].tolist(), ev["phase"].tolist()
-    backward, forward = TRACE_PHASES.index("backward"), TRACE_PHASES.index("forward")
+    backward, forward = PHASES.index("backward"), PHASES.index("forward")
     for i in np.nonzero(ev["layer"] >= 0)[0].tolist():
         r = row(layer[i])
         if kind[i] == OP:
@@ -147,10 +147,8 @@ def layer_table(trace: Trace, times: OpTimes) -> list[dict[str, Any]]:
 
 
 def phase_op_seconds(trace: Trace, times: OpTimes) -> dict[str, float]:
-    sums = np.bincount(
-        trace.events["phase"].astype(np.int64), weights=times.self_time, minlength=len(TRACE_PHASES)
-    )
-    return {name: float(sums[i]) for i, name in enumerate(TRACE_PHASES)}
+    sums = np.bincount(trace.events["phase"].astype(np.int64), weights=times.self_time, minlength=len(PHASES))
+    return {name: float(sums[i]) for i, name in enumerate(PHASES)}
 
 
 def memory_table(trace: Trace) -> dict[str, Any]:
@@ -169,7 +167,7 @@ def memory_table(trace: Trace) -> dict[str, Any]:
     while op >= 0 and ev["kind"][op] != OP:  # the op around an allocation made in a runtime call
         op = int(ev["parent"][op])
     per_layer: dict[str, dict[str, Any]] = {}
-    forward = TRACE_PHASES.index("forward")
+    forward = PHASES.index("forward")
     for r in rows.tolist():
         e = int(mem["event"][r])
         if e < 0 or ev["layer"][e] < 0:
@@ -251,7 +249,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]
     for i in np.nonzero(on_device)[0].tolist():
         seconds = float(ev["dur"][i])
         kernel_by_layer[trace.name_of(int(ev["layer"][i])) or "(no layer)"] += seconds
-        kernel_by_phase[TRACE_PHASES[int(ev["phase"][i])]] += seconds
+        kernel_by_phase[PHASES[int(ev["phase"][i])]] += seconds
         if ev["kind"][i] == KERNEL:
             entry = kernels.setdefault(trace.names[int(ev["name"][i])], [0, 0.0])
             entry[0] += 1
@@ -292,7 +290,7 @@ def _copies(trace: Trace) -> dict[str, Any]:
 def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
     """Host time blocked in synchronising runtime calls, by the Python call site that caused it."""
     ev = trace.events
-    sync = np.nonzero((ev["kind"] == RUNTIME) & (ev["phase"] == TRACE_PHASES.index("sync")))[0]
+    sync = np.nonzero((ev["kind"] == RUNTIME) & (ev["phase"] == PHASES.index("sync")))[0]
     sites: dict[str, list[float]] = {}
     for i in sync.tolist():
         site = _call_site(profile, int(ev["tid"][i]), float(ev["start"][i]), float(ev["dur"][i]))
@@ -354,7 +352,7 @@ def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]
     start, end = ev["start"], ev["start"] + ev["dur"]
 
     def union(phase: str) -> np.ndarray:
-        rows = on_main & (ev["phase"] == TRACE_PHASES.index(phase))
+        rows = on_main & (ev["phase"] == PHASES.index(phase))
         return merged_intervals(start[rows], end[rows])
 
     idle = np.concatenate([_gaps(busy, a, b) for a, b in spans]) if spans else np.zeros((0, 2))

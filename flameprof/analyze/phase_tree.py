@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
-from .phases import LEAF_PHASES, Rule, phase_of_samples
+from .phases import Rule, phase_of_samples
 from .tree import CallTree, build_tree, match_paths
 
 PREFIX = "phase:"  # the tree's column of a phase's weight: ``PREFIX + name``

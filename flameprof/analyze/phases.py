@@ -43,23 +43,10 @@ import numpy as np
 
 from ..errors import FlameprofError
 from ..model.frames import category
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from ..model.records import CLOSURE, GRAD, NO_GRAD
 
-# Leaf phases, in the order reports list them; ``data`` is ``data.wait`` + ``data.fetch``.
-LEAF_PHASES = (
-    "data.wait",
-    "data.fetch",
-    "forward",
-    "backward",
-    "optimizer",
-    "sync",
-    "comm",
-    "eval",
-    "checkpoint",
-    "other",
-)
-PHASES = ("data", "forward", "backward", "optimizer", "sync", "comm", "eval", "checkpoint", "other")
 OTHER = LEAF_PHASES.index("other")
 DATA_IDS = (LEAF_PHASES.index("data.wait"), LEAF_PHASES.index("data.fetch"))
 # Names a rule may use: the leaf phases, and ``data`` meaning ``data.fetch`` (work in this process).

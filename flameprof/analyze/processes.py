@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
 from .breakdown import stack_has
-from .phases import LEAF_PHASES, Rule, phase_of_samples, profile_rules
+from .phases import Rule, phase_of_samples, profile_rules
 from .steps import find_steps, loop_thread
 
 _WAIT = LEAF_PHASES.index("data.wait")

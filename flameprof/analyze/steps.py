@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.folded import folded_marks
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
-from .phases import CHECKPOINT, DATA_IDS, EVAL, LEAF_PHASES
+from .phases import CHECKPOINT, DATA_IDS, EVAL
 
 STEP_MARKS = ("step", "backward", "forward", "batch")
 _APART = (EVAL, CHECKPOINT)  # phases inside a step's interval that are not part of the step

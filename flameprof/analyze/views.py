@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile, iter_stacks, sampled_stacks
 from .ops import op_stacks
-from .phases import LEAF_PHASES, OTHER, phase_of_stacks
+from .phases import OTHER, phase_of_stacks
 
 VIEWS = ("code", "layers", "phases", "ops")
 _ROOT_KINDS = ("process", "thread")

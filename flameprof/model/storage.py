@@ -30,6 +30,7 @@ from ..errors import FlameprofError
 from . import validate
 from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
 from .npy import read_column
+from .phase_names import PHASES, TRACE_PHASES_BEFORE_SHARED
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
 from .safezip import read_members
 from .trace import EVENT_COLUMNS, MEMORY_COLUMNS, Trace
@@ -83,7 +84,12 @@ def dumps(profile: Profile) -> bytes:
     }
     if profile.trace is not None:
         trace = profile.trace
-        tables["trace.json"] = {"names": trace.names, "steps": trace.steps, "params": trace.params}
+        tables["trace.json"] = {
+            "names": trace.names,
+            "steps": trace.steps,
+            "params": trace.params,
+            "phases": list(PHASES),
+        }
         columns.update({f"trace_events_{k}": v for k, v in trace.events.items()})
         columns.update({f"trace_memory_{k}": v for k, v in trace.memory.items()})
     return pack(
@@ -180,6 +186,7 @@ def _trace(data: bytes) -> Trace | None:
     ):
         raise ValueError("trace.json: params must map layers to [count, bytes]")
     columns = {name: read_column(members[name + ".npy"], name, t) for name, t in _TRACE_COLUMNS.items()}
+    columns["trace_events_phase"] = _shared_phases(columns["trace_events_phase"], head.get("phases"))
     return Trace(
         names=names,
         events={k: columns[f"trace_events_{k}"] for k in EVENT_COLUMNS},
@@ -187,6 +194,23 @@ def _trace(data: bytes) -> Trace | None:
         steps=[(float(a), float(b)) for a, b in steps],
         params={k: (int(c), int(b)) for k, (c, b) in params.items()},
     )
+
+
+def _shared_phases(phase: np.ndarray, written: object) -> np.ndarray:
+    """The events' phase column as indexes into ``PHASES``, from the file's own vocabulary: the
+    ``phases`` it lists, or, in a file written before it listed them, the trace's old one."""
+    if written is None:
+        written = TRACE_PHASES_BEFORE_SHARED
+    if not isinstance(written, list | tuple) or not all(isinstance(p, str) for p in written):
+        raise ValueError("trace.json: phases must be a list of names")
+    if tuple(written) == PHASES:
+        return phase
+    if len(phase) and (phase.min() < 0 or phase.max() >= len(written)):
+        raise ValueError("trace event phase out of range")
+    # a phase this version does not know counts as other
+    shared = np.array([PHASES.index(p) if p in PHASES else PHASES.index("other") for p in written], np.int8)
+    mapped: np.ndarray = shared[phase]
+    return mapped
 
 
 def _json(data: bytes, name: str) -> object:

@@ -14,14 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from .phase_names import PHASES
+
 # What an event is: a host op (``cpu_op``), a user/framework annotation (record_function), a device
 # kernel, a device copy or fill, or a host call into the device runtime (a launch, a synchronize).
 EVENT_KINDS = ("op", "annotation", "kernel", "memcpy", "memset", "runtime")
 OP, ANNOTATION, KERNEL, MEMCPY, MEMSET, RUNTIME = range(len(EVENT_KINDS))
 DEVICE_KINDS = (KERNEL, MEMCPY, MEMSET)
-# The phases an event can have: the sampler's phases (``data`` is work producing a batch here).
-# "comm" comes last: saved traces keep their phases' indices
-TRACE_PHASES = ("data", "forward", "backward", "optimizer", "sync", "other", "comm")
 NO_PARENT = -1
 
 EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
@@ -34,7 +33,7 @@ EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "device": np.int32,  # -1 for the host
     "parent": np.int32,  # enclosing host event; for a device event, the op that launched it
     "layer": np.int32,  # index into names of the layer path, or -1
-    "phase": np.int8,  # index into TRACE_PHASES
+    "phase": np.int8,  # index into phase_names.PHASES (``data``: work producing a batch here)
     "flops": np.float64,
     "bytes": np.float64,  # copy/fill size of a device event
     "shapes": np.int32,  # index into names of the input shapes text, or -1
@@ -83,7 +82,7 @@ class Trace:
         if n:
             if ev["kind"].min() < 0 or ev["kind"].max() >= len(EVENT_KINDS):
                 raise ValueError("trace event kind out of range")
-            if ev["phase"].min() < 0 or ev["phase"].max() >= len(TRACE_PHASES):
+            if ev["phase"].min() < 0 or ev["phase"].max() >= len(PHASES):
                 raise ValueError("trace event phase out of range")
             if ev["name"].min() < 0 or ev["name"].max() >= len(self.names):
                 raise ValueError("trace event name out of range")

@@ -25,8 +25,9 @@ from ..analyze.phases import RULE_PHASES
 from ..analyze.threads import process_label
 from ..errors import FlameprofError
 from ..model.frames import Labeler
+from ..model.phase_names import PHASES
 from ..model.profile import Profile
-from ..model.trace import DEVICE_KINDS, EVENT_KINDS, TRACE_PHASES
+from ..model.trace import DEVICE_KINDS, EVENT_KINDS
 
 PROCESSED_PROFILE_VERSION = 70  # src/app-logic/constants.ts of the Firefox Profiler
 GECKO_PROFILE_VERSION = 36  # meta.version: the Gecko format the processed one derives from
@@ -388,7 +389,7 @@ def _trace_markers(
                 index = extra[key] = len(threads)
                 threads.append(_thread(profile, key[0], tid, thread_name, _empty_samples("samples")))  # type: ignore[arg-type]
                 markers.append(_Markers())
-        phase_name = TRACE_PHASES[phase]
+        phase_name = PHASES[phase]
         data = {
             "type": "TracedEvent",
             "kind": EVENT_KINDS[kind],

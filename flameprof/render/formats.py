@@ -115,7 +115,7 @@ def _speedscope(r: Rendering) -> str:
 
 
 def _chrome(r: Rendering, path: str) -> None:
-    from ..analyze.phases import LEAF_PHASES
+    from ..model.phase_names import LEAF_PHASES
     from .chrome_trace import write_chrome_trace
 
     with atomic_file(path) as fh:  # streamed: a long run's trace need not fit in memory twice
@@ -123,14 +123,15 @@ def _chrome(r: Rendering, path: str) -> None:
 
 
 def _pprof(r: Rendering, path: str) -> None:
-    from ..analyze.phases import LEAF_PHASES
+    from ..model.phase_names import LEAF_PHASES
     from .pprof import render_pprof
 
     write_bytes(path, render_pprof(r.profile, r.options.mode, r.analysis.sample_phase, LEAF_PHASES))
 
 
 def _firefox(r: Rendering) -> str:
-    from ..analyze.phases import LEAF_PHASES, layer_of_stacks, phase_of_stacks
+    from ..analyze.phases import layer_of_stacks, phase_of_stacks
+    from ..model.phase_names import LEAF_PHASES
     from .firefox import render_firefox
 
     p = r.shown

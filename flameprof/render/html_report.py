@@ -11,7 +11,7 @@ import html
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..analyze.phases import LEAF_PHASES
+from ..model.phase_names import LEAF_PHASES
 from .asset_files import asset
 from .html_trace import traced_window_html
 from .report import apart_line, phase_lines, report_data, steps_line

@@ -22,8 +22,9 @@ import numpy as np
 
 from ..analyze.advice import HIGHLY, MODERATELY, basis_seconds, judge
 from ..analyze.breakdown import Analysis, Row, analyze
-from ..analyze.phases import LEAF_PHASES, PHASES, Rule
+from ..analyze.phases import Rule
 from ..analyze.processes import processes_report
+from ..model.phase_names import LEAF_PHASES, PHASES
 from ..model.profile import Profile
 from . import markdown
 from .ops_report import add_layer_costs, format_ops_markdown, format_ops_text, ops_sections

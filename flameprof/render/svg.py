@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analyze.phase_tree import dominant_phases, phase_tree
-from ..analyze.phases import LEAF_PHASES, Rule
+from ..analyze.phases import Rule
 from ..analyze.tree import CallTree, build_tree
 from ..model.frames import CATEGORIES, category
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
 from .asset_files import asset
 

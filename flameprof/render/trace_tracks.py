@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 
-from ..model.trace import DEVICE_KINDS, EVENT_KINDS, TRACE_PHASES, Trace
+from ..model.phase_names import PHASES
+from ..model.trace import DEVICE_KINDS, EVENT_KINDS, Trace
 
 DEVICE_PID_BASE = 1_000_000_000  # device tracks get pids of their own, far from any real pid
 
@@ -44,7 +45,7 @@ def trace_track_events(
                 track = (pid, next_tid + len(tracks))
                 meta("thread_name", pid, track[1], f"thread {tid}: traced ops", -2)
             tracks[key] = track
-        args = {"layer": trace.names[layer] if layer >= 0 else "", "phase": TRACE_PHASES[phase]}
+        args = {"layer": trace.names[layer] if layer >= 0 else "", "phase": PHASES[phase]}
         if shapes[i] >= 0:
             args["shapes"] = trace.names[shapes[i]]
         if flops[i]:

@@ -38,6 +38,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ...errors import FlameprofError
+from ...model.phase_names import PHASES
 from ...model.trace import (
     ANNOTATION,
     EVENT_COLUMNS,
@@ -48,7 +49,6 @@ from ...model.trace import (
     NO_PARENT,
     OP,
     RUNTIME,
-    TRACE_PHASES,
     Trace,
 )
 from .json_stream import ByteSource, JsonDefect, stream_member
@@ -105,9 +105,14 @@ PHASE_WORDS = {
     "data loading": "data",
     "data_loading": "data",
     "dataloader": "data",
+    "eval": "eval",
+    "evaluation": "eval",
+    "validation": "eval",
+    "checkpoint": "checkpoint",
+    "save checkpoint": "checkpoint",
 }
 EVALUATE_FUNCTION = "autograd::engine::evaluate_function:"
-PHASE = {name: i for i, name in enumerate(TRACE_PHASES)}
+PHASE = {name: i for i, name in enumerate(PHASES)}
 _NEST_SLACK = 1e-3  # microseconds: Kineto rounds times to nanoseconds, children may overhang by that
 
 

@@ -17,8 +17,9 @@ import numpy as np
 
 from ...model.builder import ProfileBuilder
 from ...model.counters import TORCH_ALLOCATED_BYTES
+from ...model.phase_names import PHASES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile
-from ...model.trace import ANNOTATION, OP, RUNTIME, TRACE_PHASES, Trace
+from ...model.trace import ANNOTATION, OP, RUNTIME, Trace
 from .kineto import (
     LAYER_PREFIX,
     MODULE_PREFIX,
@@ -67,8 +68,8 @@ def engine_roots(trace: Trace, host: np.ndarray, keys: np.ndarray) -> np.ndarray
     ev = trace.events
     roots = host[ev["parent"][host] < 0]
     phase = ev["phase"][roots]
-    backward = TRACE_PHASES.index("backward")
-    others = np.isin(phase, [backward, TRACE_PHASES.index("comm"), TRACE_PHASES.index("sync")], invert=True)
+    backward = PHASES.index("backward")
+    others = np.isin(phase, [backward, PHASES.index("comm"), PHASES.index("sync")], invert=True)
     engine = np.setdiff1d(keys[roots][phase == backward], keys[roots][others])
     return roots[np.isin(keys[roots], engine)]
 
@@ -104,7 +105,7 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     ev = trace.events
     builder = ProfileBuilder()
     host = np.nonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))[0]
-    backward = TRACE_PHASES.index("backward")
+    backward = PHASES.index("backward")
     children = np.zeros(trace.num_events)
     parent = ev["parent"]
     has_parent = parent[host] >= 0

@@ -59,6 +59,13 @@ class Lit(L.LightningModule):
         self._inside = inside
         optimizer.step(closure=timed)
 
+    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+        # Lightning calls this inside the closure, but zero_grad is the optimizer's work (flameprof's
+        # phases, torch.profiler's Optimizer.zero_grad#): optimizer, though the closure's time holds it
+        t = now()
+        optimizer.zero_grad()
+        self._add("optimizer", now() - t)
+
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.parameters())
 
