@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import tracemalloc
 
 import pytest
@@ -63,7 +64,7 @@ def test_a_number_cut_by_a_chunk_is_read_whole(monkeypatch):
 @pytest.mark.parametrize(
     "tail, needle",
     [
-        (b'{"ts": 1,}', "Expecting property name enclosed in double quotes at line 2002 column 10"),
+        (b'{"ts": 1,}', None),  # json's own message: its wording changed in 3.13
         (b'{"ts": 1} {"ts": 2}', "expected ',' at line 2002 column 11"),
         (b'{"ts": "\xff"}', "not UTF-8 text at byte"),
         (b'{"ts": 1', "Expecting ',' delimiter at line 2003 column 1"),
@@ -72,8 +73,17 @@ def test_a_number_cut_by_a_chunk_is_read_whole(monkeypatch):
 def test_an_error_after_many_chunks_says_where(monkeypatch, tail, needle):
     data = b'{"traceEvents": [\n' + b'{"ph": "X", "ts": 1},\n' * 2000 + tail + b"\n]}"
     monkeypatch.setattr(json_stream, "CHUNK", 4096)
-    with pytest.raises(JsonDefect, match=needle):
+    with pytest.raises(JsonDefect, match=needle or re.escape(_json_says(data))):
         list(stream_member(io.BytesIO(data), "traceEvents", {}))
+
+
+def _json_says(data: bytes) -> str:
+    """What the standard json module says of ``data``'s defect, and where in the whole document."""
+    try:
+        json.loads(data)
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    raise AssertionError("the document has no defect")
 
 
 def test_a_huge_value_is_refused_without_reading_on(monkeypatch):
