@@ -26,12 +26,14 @@ setup(
         Extension(
             "flameprof._folded",
             sources=["native/folded.c"],
+            depends=["native/byte_hash.h"],
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
             optional=True,
         ),
         Extension(
             "flameprof._perf",
             sources=["native/perf_collapse.c"],
+            depends=["native/byte_hash.h"],
             extra_compile_args=["-O2", "-std=gnu99", "-Wall"],
             optional=True,
         ),

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "byte_hash.h"
+
 #define HUGE_PAGE ((size_t)2 << 20)
 
 /* A growable byte buffer; the columns are buffers of int32, uint64 or double items. */
@@ -51,40 +53,11 @@ append(Buffer *b, const void *item, size_t n)
 #define ITEMS(buffer, type) ((type *)(buffer).data)
 #define COUNT(buffer, type) ((Py_ssize_t)((buffer).size / sizeof(type)))
 
-static inline uint64_t
-mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
-static uint64_t
-hash_bytes(const char *s, Py_ssize_t n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xc2b2ae3d27d4eb4fULL;
-        h ^= h >> 31;
-        s += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t w = 0;
-        memcpy(&w, s, (size_t)n);
-        h = (h ^ w) * 0xc2b2ae3d27d4eb4fULL;
-    }
-    return mix(h);
-}
-
 /* The hash of the path ``parent path + frame``: it addresses the stack table. */
 static inline uint64_t
 path_hash(uint64_t parent, int32_t frame)
 {
-    return mix(parent ^ ((uint64_t)(uint32_t)frame * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
+    return hash_mix(parent ^ ((uint64_t)(uint32_t)frame * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL));
 }
 
 typedef struct {
@@ -217,7 +190,7 @@ labels_grow(Parser *self)
 static int32_t
 label_frame(Parser *self, const char *s, Py_ssize_t n)
 {
-    uint64_t h = hash_bytes(s, n);
+    uint64_t h = hash_bytes(s, n, 0);
     Py_ssize_t mask = self->label_cap - 1, j = (Py_ssize_t)(h & (uint64_t)mask);
     for (;;) {
         Label *l = &self->labels[j];

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "byte_hash.h"
+
 typedef struct {
     const char *p;
     Py_ssize_t n;
@@ -319,28 +321,6 @@ typedef struct {
     Py_ssize_t key, value; /* offsets into the arena: key bytes, then value bytes */
     Py_ssize_t key_len, value_len;
 } Entry;
-
-static uint64_t
-hash_bytes(const char *s, Py_ssize_t n, uint64_t seed)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n ^ seed;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xc2b2ae3d27d4eb4fULL;
-        h ^= h >> 31;
-        s += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t w = 0;
-        memcpy(&w, s, (size_t)n);
-        h = (h ^ w) * 0xc2b2ae3d27d4eb4fULL;
-    }
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    return h ^ (h >> 33);
-}
 
 typedef struct {
     PyObject_HEAD
