@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <frameobject.h> /* PyFrame_GetBack: not in Python.h before 3.11 */
 #include <pthread.h>
 #include <stdint.h>
 

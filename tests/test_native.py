@@ -564,6 +564,32 @@ def test_optimizer_steps_recorded_in_c_before_a_fork_stay_with_the_parent():
     assert proc.stdout.split() == ["0", "2", "True"], proc.stderr
 
 
+def test_a_step_nested_in_another_steps_wrapper_is_not_recorded():
+    """torch runs the step hook inside its step wrapper; a subclass's step calling super().step()
+    runs that wrapper twice, and only the outer call is a step. The C hook walks the callers' frames
+    to tell (before 3.11 with a function the main header does not declare: built without its
+    declaration, the first frame it returned was a truncated pointer)."""
+    proc = run_script("""
+        from flameprof import _native
+        class Optimizer: pass
+        recorder, opt = _native.StepRecorder(), Optimizer()
+        def wrapper(inner):  # stands for torch's step wrapper, which calls the hook
+            if inner:
+                subclass_step()
+            recorder(opt, (), {})
+        def subclass_step():
+            wrapper(False)
+        def train(steps):
+            for _ in range(steps):
+                wrapper(True)
+        train(3)
+        nested_alone = len(recorder.take())
+        subclass_step()  # a wrapper called from elsewhere than another wrapper counts
+        print(nested_alone, len(recorder.take()))
+    """)
+    assert proc.stdout.split() == ["3", "1"], proc.stderr
+
+
 def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back():
     # A hook's system calls let the GIL go; with the program's 5 ms switch interval each took a
     # switch interval to come back while the program ran Python, and the clock stopped ticking.
