@@ -60,10 +60,17 @@ def test_a_line_is_the_module_of_the_newest_buffer_it_names():
 # Three layers whose costs are known from their shapes: a matmul's time follows its multiply-adds
 # (one thread, shapes large enough to run at the same speed). Forward: a 1, b 2, c 8 units;
 # backward: weight gradients a 1, b 2, c 8, input gradients b 2, c 8 (a's input needs none).
-# 240 steps: a part flush or a collection that holds the GIL for tens of ms delays one of the
-# Python sampler's samples, which then carries that time into the layer it lands in; over 60 steps
-# that moved Net.a by over 4 points in about one run of four (8.2-8.7 % otherwise, true 6.25 %)
-STEPS = 240
+# A step's fixed cost must stay small beside its layers: the Python sampler sees the main thread
+# only where it lets the GIL go, so the time of Dynamo's guards and AOTAutograd's wrappers before
+# each forward (about 0.8 ms a step, Python and C that hold the GIL) lands on a's first matmul.
+# At a batch of 256 (30 ms a step) that put Net.a at 9.1-10.0 % and Net.c at 70.6-70.7 %, at the
+# bound (true 6.25 and 75; failed CI); at 1024 the C sampler reads 7.3 and 73.3, the Python one
+# 7.5-7.9 and 72.6-72.7. 60 steps of 120 ms: a part flush or a collection that holds the GIL for
+# tens of ms delays one of the Python sampler's samples, which then carries that time into the
+# layer it lands in, so the run lasts as long as 240 steps at 256 did (over a quarter of that,
+# Net.a moved by over 4 points in about one run of four).
+BATCH = 1024
+STEPS = 60
 COMPILED = f"""
 import torch
 torch.manual_seed(0)
@@ -82,7 +89,7 @@ class Net(torch.nn.Module):
 net = Net()
 model = torch.compile(net)
 opt = torch.optim.SGD(net.parameters(), lr=1e-4)
-x = torch.randn(256, 512)
+x = torch.randn({BATCH}, 512)
 for _ in range({STEPS}):
     opt.zero_grad()
     model(x).sum().backward()
