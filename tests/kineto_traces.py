@@ -132,3 +132,47 @@ def ddp_step() -> dict:
         _x("cpu_op", "c10d::broadcast_", 900, 50),
     ]
     return {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": events}
+
+
+# COMM_STEPS: a data-parallel loop whose all_reduce runs on its own stream. Per step (offset o):
+COMM_STREAM = 20
+RELU_US = (10, 6, 14)  # the one kernel whose duration changes from step to step
+GEMM, ALL_REDUCE = (
+    "sm90_gemm_fwd",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+)
+ORPHAN = "orphan_kernel"  # in step 0 only, its runtime call (correlation id 999) not in the trace
+
+
+def comm_steps() -> dict:
+    """Three steps of 1000 us. Stream 7: a GEMM [100, 400), a copy [400, 420), a ReLU from 430
+    (``RELU_US``), launched early; an update [870, 900) launched at 850. Stream 20: the all_reduce
+    [300, 800), launched at 40 inside ``c10d::allreduce_`` [38, 48). Another thread blocks in
+    ``cudaStreamSynchronize`` [900, 950). Times are whole microseconds (HTA rounds to them)."""
+    events: list[dict] = []
+    correlation = 0
+
+    def launched(
+        cat: str, name: str, call: str, at: float, start: float, dur: float, stream: int = STREAM
+    ) -> None:
+        nonlocal correlation
+        correlation += 1
+        events.append(_x("cuda_runtime", call, at, 5, correlation=correlation))
+        events.append(
+            _x(cat, name, start, dur, tid=stream, pid=0, device=0, stream=stream, correlation=correlation)
+        )
+
+    for step, relu in enumerate(RELU_US):
+        o = 1000 * step
+        events.append(_x("user_annotation", f"ProfilerStep#{step}", o, 1000))
+        events.append(_x("cpu_op", "aten::addmm", o + 10, 25))
+        launched("kernel", GEMM, "cudaLaunchKernel", o + 20, o + 100, 300)
+        events.append(_x("cpu_op", "c10d::allreduce_", o + 38, 10))
+        launched("kernel", ALL_REDUCE, "cudaLaunchKernel", o + 40, o + 300, 500, stream=COMM_STREAM)
+        launched("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", "cudaMemcpyAsync", o + 50, o + 400, 20)
+        launched("kernel", "relu_kernel", "cudaLaunchKernel", o + 60, o + 430, relu)
+        events.append(_x("cpu_op", "aten::add_", o + 845, 20))
+        launched("kernel", "sgd_update", "cudaLaunchKernel", o + 850, o + 870, 30)
+        events.append(_x("cuda_runtime", "cudaStreamSynchronize", o + 900, 50, tid=3))
+    events.append(_x("kernel", ORPHAN, 950, 10, tid=STREAM, pid=0, device=0, stream=STREAM, correlation=999))
+    return {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "traceEvents": events}

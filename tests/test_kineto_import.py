@@ -326,7 +326,9 @@ def test_html_report_has_the_traced_window(tmp_path):
     html = (tmp_path / "g.html").read_text()
     for anchor in ("fp-traced-window", "fp-ops", "fp-op-layers", "fp-memory-chart", "fp-device"):
         assert f'id="{anchor}"' in html, anchor
-    assert "sm90_gemm" not in html.split('id="fp-flamegraph"')[0]  # kernels are in the device line only
+    # kernels are in the device's table only: the flame graph shows the samples
+    before_graph = html.split('id="fp-flamegraph"')[0]
+    assert before_graph.count("sm90_gemm_fwd") == 1 and "<td>sm90_gemm_fwd</td>" in before_graph
     assert "highly input-bound" in html
 
 

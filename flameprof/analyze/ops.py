@@ -9,7 +9,7 @@ keeps for backward, and, with a device, how busy it was in each traced step, whe
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,9 @@ from ..model.trace import (
     RUNTIME,
     Trace,
 )
+from . import intervals
 from .advice import HIGHLY, MODERATELY
+from .device_breakdown import COMMUNICATION, DeviceTime, device_times, event_types, kernel_stats
 
 TOP_OPS = 15
 # Device idle time is input-bound, host-bound or sync-bound when that cause has at least this share.
@@ -189,85 +191,46 @@ def memory_table(trace: Trace) -> dict[str, Any]:
     }
 
 
-def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Disjoint sorted ``[[start, end], ...]`` covering the union of the intervals."""
-    if not len(starts):
-        return np.zeros((0, 2))
-    order = np.argsort(starts, kind="stable")
-    out: list[list[float]] = []
-    for s, e in zip(starts[order].tolist(), ends[order].tolist()):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return np.asarray(out)
-
-
-def covered(intervals: np.ndarray, start: float, end: float) -> float:
-    """Seconds of ``[start, end)`` that the disjoint ``intervals`` cover."""
-    if not len(intervals) or end <= start:
-        return 0.0
-    clipped = np.clip(intervals, start, end)
-    return float((clipped[:, 1] - clipped[:, 0]).sum())
-
-
-def _overlap(a: np.ndarray, b: np.ndarray) -> float:
-    return sum(covered(b, s, e) for s, e in a.tolist())
-
-
-def _gaps(intervals: np.ndarray, start: float, end: float) -> np.ndarray:
-    """The parts of ``[start, end)`` the disjoint sorted ``intervals`` leave uncovered."""
-    out, at = [], start
-    for s, e in np.clip(intervals, start, end).tolist():
-        if s > at:
-            out.append([at, s])
-        at = max(at, e)
-    if at < end:
-        out.append([at, end])
-    return np.asarray(out) if out else np.zeros((0, 2))
-
-
 def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]:
-    """Busy and idle share per traced step, kernel time per layer and phase, copies, syncs, and the
-    cause of the idle time. Empty when the window saw no device activity."""
+    """Busy and idle share per traced step, kernel time per layer and phase, copies, syncs, the
+    cause of the idle time, and each device's breakdown as HTA makes it (``device_breakdown.py``).
+    Empty when the window saw no device activity."""
     ev = trace.events
     on_device = np.isin(ev["kind"], DEVICE_KINDS)
     if not on_device.any():
         return {}
     start, end = ev["start"], ev["start"] + ev["dur"]
-    busy = merged_intervals(start[on_device], end[on_device])
+    busy = intervals.merged(start[on_device], end[on_device])
     spans = list(trace.steps) or [(float(start.min()), float(end.max()))]
     steps = []
     for a, b in spans:
-        share = covered(busy, a, b) / (b - a) if b > a else 0.0
+        share = intervals.covered(busy, a, b) / (b - a) if b > a else 0.0
         steps.append(
             {"start": a, "wall": b - a, "busy_percent": 100 * share, "idle_percent": 100 * (1 - share)}
         )
     kernel_by_layer: dict[str, float] = defaultdict(float)
     kernel_by_phase: dict[str, float] = defaultdict(float)
-    kernels: dict[str, list[float]] = {}
-    for i in np.nonzero(on_device)[0].tolist():
-        seconds = float(ev["dur"][i])
-        kernel_by_layer[trace.name_of(int(ev["layer"][i])) or "(no layer)"] += seconds
-        kernel_by_phase[PHASES[int(ev["phase"][i])]] += seconds
-        if ev["kind"][i] == KERNEL:
-            entry = kernels.setdefault(trace.names[int(ev["name"][i])], [0, 0.0])
-            entry[0] += 1
-            entry[1] += seconds
+    for layer, phase, seconds in zip(
+        ev["layer"][on_device].tolist(), ev["phase"][on_device].tolist(), ev["dur"][on_device].tolist()
+    ):
+        kernel_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
+        kernel_by_phase[PHASES[phase]] += seconds
+    devices = device_times(trace)
+    stats = kernel_stats(trace)
     return {
         "busy_percent": 100
-        * sum(covered(busy, a, b) for a, b in spans)
+        * sum(intervals.covered(busy, a, b) for a, b in spans)
         / max(sum(b - a for a, b in spans), 1e-12),
         "steps": steps,
-        "kernels": [
-            {"name": k, "calls": c, "seconds": s}
-            for k, (c, s) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:TOP_OPS]
-        ],
+        "device_seconds": float(ev["dur"][on_device].sum()),
+        "device_events": int(on_device.sum()),
+        "kernels": [asdict(k) for k in stats[:TOP_OPS]],
+        "devices": [{**asdict(d), "overlap_percent": d.overlap_percent} for d in devices],
         "kernel_by_layer": dict(sorted(kernel_by_layer.items(), key=lambda kv: -kv[1])),
         "kernel_by_phase": dict(kernel_by_phase),
         "copies": _copies(trace),
         "sync": _syncs(trace, profile),
-        "idle": _idle_causes(trace, busy, spans),
+        "idle": _idle_causes(trace, spans, devices),
     }
 
 
@@ -337,48 +300,69 @@ def _call_site(profile: Profile | None, tid: int, start: float, dur: float) -> s
     return sites.most_common(1)[0][0] if sites else ""
 
 
-def _idle_causes(trace: Trace, busy: np.ndarray, spans: list[tuple[float, float]]) -> dict[str, Any]:
-    """What the host's busiest thread did while the device idled: waited for data, blocked in a
-    sync, or ran Python and ops (the device waits for launches); and the resulting verdict."""
+def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[DeviceTime]) -> dict[str, Any]:
+    """What held the device's computation up while it idled or only communicated: communication
+    (a collective's kernels, or the host inside a collective), the host waiting for data on the
+    loop thread, the host blocked in a sync on any thread, or the host busy itself (the device
+    waits for launches); each counted once, in that order; and the resulting verdict."""
     ev = trace.events
-    host = (ev["kind"] == OP) | (ev["kind"] == ANNOTATION) | (ev["kind"] == RUNTIME)
-    if not host.any():
+    kind = ev["kind"]
+    host = (kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)
+    ops = host & (kind == OP)
+    if not ops.any():
         return {}
-    tids = ev["tid"][host & (ev["kind"] == OP)]
-    if not len(tids):
-        return {}
-    main = Counter(tids.tolist()).most_common(1)[0][0]
-    on_main = host & (ev["tid"] == main)
+    main = Counter(ev["tid"][ops].tolist()).most_common(1)[0][0]
     start, end = ev["start"], ev["start"] + ev["dur"]
+    phase = ev["phase"]
 
-    def union(phase: str) -> np.ndarray:
-        rows = on_main & (ev["phase"] == PHASES.index(phase))
-        return merged_intervals(start[rows], end[rows])
+    def union(rows: np.ndarray) -> np.ndarray:
+        return intervals.merged(start[rows], end[rows])
 
-    idle = np.concatenate([_gaps(busy, a, b) for a, b in spans]) if spans else np.zeros((0, 2))
-    total = float((idle[:, 1] - idle[:, 0]).sum()) if len(idle) else 0.0
+    on_device = np.isin(kind, DEVICE_KINDS)
+    communicating = on_device & (event_types(trace) == COMMUNICATION)
+    working = union(on_device & ~communicating)
+    idle = np.concatenate([intervals.gaps(working, a, b) for a, b in spans]) if spans else intervals.EMPTY
     wall = sum(b - a for a, b in spans)
-    data, sync = _overlap(idle, union("data")), _overlap(idle, union("sync"))
-    shares = {  # of the traced steps' wall time
-        "data": data / wall if wall > 0 else 0.0,
-        "sync": sync / wall if wall > 0 else 0.0,
-        "host": max(total - data - sync, 0.0) / wall if wall > 0 else 0.0,
-    }
+    total = intervals.length(idle)
+    seconds = {}
+    left = idle
+    for cause, rows in (
+        ("comm", communicating | (host & (phase == PHASES.index("comm")))),
+        ("data", host & (ev["tid"] == main) & (phase == PHASES.index("data"))),
+        ("sync", host & (phase == PHASES.index("sync"))),
+    ):
+        held = union(rows)
+        seconds[cause] = intervals.overlap(left, held)
+        left = intervals.minus(left, held)
+    seconds["host"] = intervals.length(left)
+    shares = {cause: s / wall if wall > 0 else 0.0 for cause, s in seconds.items()}
+    communication = sum(d.communication for d in devices)
+    exposed = sum(d.exposed_communication for d in devices)
+    overlap = 100 * (1 - exposed / communication) if communication > 0 else None
+    collective = max(devices, key=lambda d: d.communication).collective if devices else ""
     return {
         "seconds": total,
         "percent": 100 * total / wall if wall > 0 else 0.0,
-        "data_percent": 100 * shares["data"],
-        "sync_percent": 100 * shares["sync"],
-        "host_percent": 100 * shares["host"],
-        **device_verdict(shares),
+        **{f"{cause}_percent": 100 * share for cause, share in shares.items()},
+        **device_verdict(shares, collective, overlap),
     }
 
 
-def device_verdict(shares: dict[str, float]) -> dict[str, Any]:
-    """Why the device idles, from the shares of step time it idled while the host waited for data,
-    blocked in syncs, or was busy itself. Input-bound keeps the samples' thresholds (20 % highly,
-    5 % moderately); a sync or host share of 20 % names the bottleneck; else the device is the limit."""
-    data = shares["data"]
+def device_verdict(
+    shares: dict[str, float], collective: str = "", overlap: float | None = None
+) -> dict[str, Any]:
+    """Why the device's computation idles, from the shares of step time it idled while communication
+    ran or the host was in a collective (``comm``), the host waited for data, blocked in syncs, or
+    was busy itself. Communication that holds up more than data does, and at least 20 % of the step,
+    is the verdict; else input-bound keeps the samples' thresholds (20 % highly, 5 % moderately);
+    else a sync or host share of 20 % names the bottleneck; else the device is the limit."""
+    data, comm = shares["data"], shares.get("comm", 0.0)
+    if comm >= IDLE_CAUSE_SHARE and comm > data:
+        text = f"communication-bound: the device's computation idles {100 * comm:.1f}% of the step"
+        text += f" waiting for {collective}" if collective else " during communication"
+        if overlap is not None:
+            text += f"; {overlap:.1f}% of communication overlaps computation"
+        return {"level": "comm", "verdict": text}
     if data >= MODERATELY:
         degree = "highly" if data >= HIGHLY else "moderately"
         text = f"{degree} input-bound: the device idles {100 * data:.1f}% of the step"

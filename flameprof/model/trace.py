@@ -31,7 +31,7 @@ EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "pid": np.int64,
     "tid": np.int64,  # host thread id, or the stream for device events
     "device": np.int32,  # -1 for the host
-    "parent": np.int32,  # enclosing host event; for a device event, the op that launched it
+    "parent": np.int32,  # enclosing host event; for a device event, the runtime call that launched it
     "layer": np.int32,  # index into names of the layer path, or -1
     "phase": np.int8,  # index into phase_names.PHASES (``data``: work producing a batch here)
     "flops": np.float64,

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..model.counters import TORCH_ALLOCATED_BYTES
 from ..model.profile import Profile
+from .ops_report import device_sentences, kernel_cells
 
 TOP = 15
 
@@ -95,13 +96,16 @@ def traced_window_html(data: dict, profile: Profile) -> str:
         )
         parts.append(memory_chart(profile))
     if device:
-        idle = device["idle"]
-        text = f"Device busy {device['busy_percent']:.1f}% of the traced steps."
-        if idle:
-            text += (
-                f" Idle {idle['percent']:.1f}%: while the host waits for data {idle['data_percent']:.1f}%, "
-                f"blocks in syncs {idle['sync_percent']:.1f}%, is busy {idle['host_percent']:.1f}%. "
-                f"{idle['verdict']}."
+        items = "".join(f"<li>{_e(line)}</li>" for line in device_sentences(device))
+        parts.append(
+            f'<div class="meta" id="fp-device"><p>Device busy {device["busy_percent"]:.1f}% of the traced '
+            f"steps.</p><ul>{items}</ul></div>"
+        )
+        parts.append(
+            _table(
+                "fp-kernels",
+                ["kernel", "type", "total", "count", "mean", "min", "max", "stddev"],
+                [[_e(k["name"][:100]), k["type"], *kernel_cells(k)] for k in device["kernels"][:TOP]],
             )
-        parts.append(f'<p class="meta" id="fp-device">{_e(text)}</p>')
+        )
     return "\n".join(parts) + "\n"

@@ -104,13 +104,14 @@ def format_ops_text(data: dict, top: int) -> list[str]:
             )
     if device:
         out += ["", f"device: busy {device['busy_percent']:.1f}% of the traced steps"]
-        if device["idle"]:
-            idle = device["idle"]
+        out += [f"  {line}" for line in device_sentences(device)]
+        if device["kernels"]:
             out.append(
-                f"  idle {idle['percent']:.1f}% of the step time: while the host waits for data "
-                f"{idle['data_percent']:.1f}%, blocks in syncs {idle['sync_percent']:.1f}%, "
-                f"is busy {idle['host_percent']:.1f}%"
+                "  kernels by time:       total   count        mean         min         max      stddev"
             )
+            for k in device["kernels"][:top]:
+                cells = " ".join(f"{cell:>11}" for cell in kernel_cells(k))
+                out.append(f"  {cells}  {k['name'][:100]}")
         for name, seconds in list(device["kernel_by_layer"].items())[:top]:
             out.append(f"  kernels {_ms(seconds):>12}  {name}")
         for kind, copy in device["copies"].items():
@@ -153,12 +154,58 @@ def format_ops_markdown(data: dict, top: int) -> list[str]:
         where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
         out += ["", f"Memory ({memory['device']}): peak {_bytes(memory['peak'])} at {markdown.code(where)}."]
     if device:
-        out += ["", f"Device busy {device['busy_percent']:.1f}% of the traced steps."]
-        if device["idle"]:
-            idle = device["idle"]
+        out += ["", f"Device busy {device['busy_percent']:.1f}% of the traced steps.", ""]
+        out += [f"- {line}" for line in device_sentences(device)]
+        if device["kernels"]:
+            out += [
+                "",
+                "| kernel | type | total | count | mean | min | max | stddev |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            ]
+            for k in device["kernels"][:top]:
+                cells = " | ".join(kernel_cells(k))
+                out.append(f"| {markdown.code(k['name'][:100])} | {k['type']} | {cells} |")
+    return out
+
+
+def kernel_cells(k: dict) -> tuple[str, ...]:
+    """A kernel's cells in both tables: total, count, mean, min, max, standard deviation."""
+    return (_ms(k["seconds"]), str(k["count"]), _ms(k["mean"]), _ms(k["min"]), _ms(k["max"]), _ms(k["std"]))
+
+
+def device_sentences(device: dict) -> list[str]:
+    """The device section in sentences (text, Markdown and HTML): the idle time's causes, then per
+    device its temporal and kernel-type breakdowns, communication's overlap, and each stream's idle."""
+    out = []
+    idle = device["idle"]
+    if idle:
+        out.append(
+            f"idle {idle['percent']:.1f}% of the step time: while communication runs "
+            f"{idle['comm_percent']:.1f}%, the host waits for data {idle['data_percent']:.1f}%, blocks in "
+            f"syncs {idle['sync_percent']:.1f}%, is busy {idle['host_percent']:.1f}%: {idle['verdict']}"
+        )
+    out.append(f"{device['device_events']} device events, {_ms(device['device_seconds'])} in all")
+    for d in device["devices"]:
+        span = d["span"] or 1.0
+        types = sum(d["by_type"].values()) or 1.0
+        out.append(
+            f"device {d['device']} (pid {d['pid']}), {_ms(d['span'])} from its first event to its last: "
+            f"idle {100 * d['idle'] / span:.1f}%, computation {100 * d['computation'] / span:.1f}%, "
+            f"other work {100 * d['non_computation'] / span:.1f}%; by kernel type "
+            + ", ".join(f"{name} {100 * seconds / types:.1f}%" for name, seconds in d["by_type"].items())
+        )
+        if d["overlap_percent"] is not None:
             out.append(
-                f"Idle {idle['percent']:.1f}% of the step time: while the host waits for data "
-                f"{idle['data_percent']:.1f}%, blocks in syncs {idle['sync_percent']:.1f}%, "
-                f"is busy {idle['host_percent']:.1f}%."
+                f"communication {_ms(d['communication'])} (most of it {d['collective']}), "
+                f"{d['overlap_percent']:.1f}% of it overlapping computation"
             )
+        for st in d["streams"]:
+            line = f"stream {st['stream']}: busy {_ms(st['busy'])} in {st['events']} events"
+            gaps = st["host_wait"] + st["kernel_wait"] + st["other"]
+            if gaps > 0:
+                line += f", idle {_ms(gaps)} between them: " + ", ".join(
+                    f"{cause.replace('_', ' ')} {100 * st[cause] / gaps:.1f}%"
+                    for cause in ("host_wait", "kernel_wait", "other")
+                )
+            out.append(line)
     return out

@@ -19,8 +19,9 @@ Attribution, from what the trace itself records:
   ``comm``; a host call that waits for the device (``cudaDeviceSynchronize``, ...) ``sync``;
 * the autograd engine's device threads (where an outermost ``evaluate_function`` runs the backward
   of an op another thread ran forward) do only ``backward`` work;
-* a device event goes, through its correlation id, to the runtime call that launched it, and so to
-  the op around that call, its layer and its phase.
+* a device event goes, through its correlation id, to the runtime call that launched it (its
+  parent, whose start is the launch time), and so to the op around that call, its layer and its
+  phase.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import math
 import sys
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -257,8 +259,8 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
 
     order, memory_event = _nest(hosts, memory)
     _attribute(hosts, order)
-    device_parent = _launchers(hosts, devices)
-    return _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds), epoch
+    calls, launchers = _launchers(hosts, devices)
+    return _columns(hosts, devices, calls, launchers, memory, memory_event, steps, seconds), epoch
 
 
 def _read_complete(event: dict, index: int, source: str, hosts: list, devices: list, steps: list) -> None:
@@ -408,24 +410,26 @@ def _attribute(hosts: list[_Host], order: list[int]) -> None:
         host.layer, host.phase = layer, phase
 
 
-def _launchers(hosts: list[_Host], devices: list[tuple]) -> list[int]:
-    """For each device event, the host op that launched it (the op around the runtime call with the
-    same correlation id), or the runtime call itself when no op encloses it."""
+def _launchers(hosts: list[_Host], devices: list[tuple]) -> tuple[list[int], list[int]]:
+    """For each device event, the runtime call that launched it (the one with the same correlation
+    id), and the host op around that call, or the call itself when no op encloses it (the event's
+    layer and phase); NO_PARENT for both when the trace holds no such call."""
     runtime: dict[int, int] = {}
     for i, host in enumerate(hosts):
         if host.kind == RUNTIME and host.correlation >= 0:
             runtime[host.correlation] = i
-    out = []
+    calls, owners = [], []
     for device in devices:
         call = runtime.get(device[6], NO_PARENT)
         launcher = call
         while launcher >= 0 and hosts[launcher].kind != OP:
             launcher = hosts[launcher].parent
-        out.append(launcher if launcher >= 0 else call)
-    return out
+        calls.append(call)
+        owners.append(launcher if launcher >= 0 else call)
+    return calls, owners
 
 
-def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds) -> Trace:
+def _columns(hosts, devices, calls, launchers, memory, memory_event, steps, seconds) -> Trace:
     """The attributed events as the model's columns, each filled straight into its array (a list of
     boxed values per column would take several times the trace's own size)."""
     names: dict[str, int] = {}
@@ -433,8 +437,11 @@ def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds
     def intern(text: str) -> int:
         return names.setdefault(text, len(names)) if text else -1
 
-    owners = [hosts[p] if p >= 0 else None for p in device_parent]
+    owners = [hosts[p] if p >= 0 else None for p in launchers]
     other = PHASE["other"]
+    # a device event no runtime call launched belongs to the process that launched the most
+    process = Counter(h.pid for h in owners if h is not None).most_common(1)
+    main_pid = process[0][0] if process else 0
     host_values = {
         "kind": lambda h: h.kind,
         "name": lambda h: intern(h.name),
@@ -455,7 +462,7 @@ def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds
         "name": lambda d, o: intern(d[1]),
         "start": lambda d, o: seconds(d[2]),
         "dur": lambda d, o: d[3] / 1e6,
-        "pid": lambda d, o: o.pid if o else 0,
+        "pid": lambda d, o: o.pid if o else main_pid,
         "tid": lambda d, o: d[5],
         "device": lambda d, o: d[4],
         "layer": lambda d, o: intern(o.layer) if o else -1,
@@ -468,7 +475,7 @@ def _columns(hosts, devices, device_parent, memory, memory_event, steps, seconds
     for key, dtype in EVENT_COLUMNS.items():
         on_host = np.fromiter(map(host_values[key], hosts), dtype=dtype, count=len(hosts))
         if key == "parent":
-            on_device = np.asarray(device_parent, dtype=dtype)
+            on_device = np.asarray(calls, dtype=dtype)
         else:
             on_device = np.fromiter(map(device_values[key], devices, owners), dtype=dtype, count=len(devices))
         events[key] = np.concatenate([on_host, on_device])
