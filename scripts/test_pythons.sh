@@ -38,11 +38,11 @@ for minor in $PYTHONS; do
   venv=.venvs/py$minor
   echo "== CPython $minor ($interp)"
   if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/py-spy" ] \
-     || ! "$venv/bin/python" -c "import hypothesis, numpy, orjson, psutil, pytest, pytest_rerunfailures, setuptools, websocket" 2>/dev/null; then
+     || ! "$venv/bin/python" -c "import hypothesis, numpy, orjson, psutil, pytest, setuptools, websocket" 2>/dev/null; then
     rm -rf "$venv"
     "$interp" -m venv "$venv"
     if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "setuptools>=64" wheel numpy "orjson>=3.9" psutil py-spy \
-         "pytest>=7" "hypothesis>=6.100" "websocket-client>=1.6" "pytest-rerunfailures>=14" \
+         "pytest>=7" "hypothesis>=6.100" "websocket-client>=1.6" \
          > "$venv/setup.log" 2>&1; then
       cat "$venv/setup.log" >&2
       rm -rf "$venv"

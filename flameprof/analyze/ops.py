@@ -202,9 +202,11 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]
     start, end = ev["start"], ev["start"] + ev["dur"]
     busy = intervals.merged(start[on_device], end[on_device])
     spans = list(trace.steps) or [(float(start.min()), float(end.max()))]
+    firsts, lasts = np.array([a for a, _ in spans]), np.array([b for _, b in spans])
+    on = intervals.covered_before(busy, lasts) - intervals.covered_before(busy, firsts)
     steps = []
-    for a, b in spans:
-        share = intervals.covered(busy, a, b) / (b - a) if b > a else 0.0
+    for a, b, covered in zip(firsts.tolist(), lasts.tolist(), on.tolist()):
+        share = covered / (b - a) if b > a else 0.0
         steps.append(
             {"start": a, "wall": b - a, "busy_percent": 100 * share, "idle_percent": 100 * (1 - share)}
         )
@@ -218,9 +220,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]
     devices = device_times(trace)
     stats = kernel_stats(trace)
     return {
-        "busy_percent": 100
-        * sum(intervals.covered(busy, a, b) for a, b in spans)
-        / max(sum(b - a for a, b in spans), 1e-12),
+        "busy_percent": 100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
         "steps": steps,
         "device_seconds": float(ev["dur"][on_device].sum()),
         "device_events": int(on_device.sum()),
@@ -255,8 +255,8 @@ def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
     ev = trace.events
     sync = np.nonzero((ev["kind"] == RUNTIME) & (ev["phase"] == PHASES.index("sync")))[0]
     sites: dict[str, list[float]] = {}
-    for i in sync.tolist():
-        site = _call_site(profile, int(ev["tid"][i]), float(ev["start"][i]), float(ev["dur"][i]))
+    found = _call_sites(profile, ev["tid"][sync], ev["start"][sync], ev["start"][sync] + ev["dur"][sync])
+    for i, site in zip(sync.tolist(), found):
         if not site:  # no samples: the outermost op around the call, what Python called (aten::item)
             p, outer = int(ev["parent"][i]), i
             while p >= 0:
@@ -276,28 +276,48 @@ def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
     }
 
 
-def _call_site(profile: Profile | None, tid: int, start: float, dur: float) -> str:
-    """The innermost program frame of the samples a thread took during ``[start, start + dur]``."""
-    if profile is None or not profile.num_samples:
-        return ""
-    threads = [i for i, t in enumerate(profile.threads) if t.tid == tid]
-    if not threads:
-        return ""
-    rows = np.nonzero(
-        np.isin(profile.sample_thread, threads)
-        & (profile.sample_time >= start)
-        & (profile.sample_time - profile.sample_wall <= start + dur)
-    )[0]
-    sites: Counter[str] = Counter()
-    for r in rows.tolist():
-        stack = int(profile.sample_stack[r])
-        while stack >= 0:
-            frame = profile.frames[int(profile.stack_frame[stack])]
-            if frame.kind == "python" and category(frame) == "user":
-                sites[f"{frame.name} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})"] += 1
-                break
-            stack = int(profile.stack_parent[stack])
-    return sites.most_common(1)[0][0] if sites else ""
+def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+    """For each span of a thread, the innermost program frame the thread's samples during it show
+    most often ("" without such samples). A thread's samples are sorted once and each span finds
+    its own by bisection: a trace holds thousands of syncs, a profile millions of samples."""
+    out = [""] * len(tids)
+    if profile is None or not profile.num_samples or not len(tids):
+        return out
+    by_tid: dict[int, list[int]] = {}
+    for index, thread in enumerate(profile.threads):
+        by_tid.setdefault(thread.tid, []).append(index)
+    sites_of: dict[int, str] = {}
+    longest = float(profile.sample_wall.max())
+    for tid in np.unique(tids).tolist():
+        rows = np.nonzero(np.isin(profile.sample_thread, by_tid.get(tid, [])))[0]
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(profile.sample_time[rows], kind="stable")]
+        times = profile.sample_time[rows]
+        for k in np.nonzero(tids == tid)[0].tolist():
+            # samples ending at or after the start whose interval began by the end
+            lo = int(np.searchsorted(times, starts[k], "left"))
+            hi = int(np.searchsorted(times, ends[k] + longest, "right"))
+            inside = rows[lo:hi][(times[lo:hi] - profile.sample_wall[rows[lo:hi]]) <= ends[k]]
+            counts: Counter[str] = Counter()
+            for stack in profile.sample_stack[inside].tolist():
+                site = sites_of.get(stack)
+                if site is None:
+                    site = sites_of[stack] = _program_frame(profile, stack)
+                if site:
+                    counts[site] += 1
+            out[k] = counts.most_common(1)[0][0] if counts else ""
+    return out
+
+
+def _program_frame(profile: Profile, stack: int) -> str:
+    """The innermost frame of the program's own code in a stack, as ``name (file:line)``."""
+    while stack >= 0:
+        frame = profile.frames[int(profile.stack_frame[stack])]
+        if frame.kind == "python" and category(frame) == "user":
+            return f"{frame.name} ({frame.file.rsplit('/', 1)[-1]}:{frame.line})"
+        stack = int(profile.stack_parent[stack])
+    return ""
 
 
 def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[DeviceTime]) -> dict[str, Any]:
@@ -321,7 +341,8 @@ def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[D
     on_device = np.isin(kind, DEVICE_KINDS)
     communicating = on_device & (event_types(trace) == COMMUNICATION)
     working = union(on_device & ~communicating)
-    idle = np.concatenate([intervals.gaps(working, a, b) for a, b in spans]) if spans else intervals.EMPTY
+    steps = intervals.merged(np.array([a for a, _ in spans]), np.array([b for _, b in spans]))
+    idle = intervals.minus(steps, working)
     wall = sum(b - a for a, b in spans)
     total = intervals.length(idle)
     seconds = {}
