@@ -18,6 +18,7 @@ import numpy as np
 
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
+from . import intervals
 from .breakdown import stack_has
 from .phases import Rule, phase_of_samples, profile_rules
 from .steps import find_steps, loop_thread
@@ -142,15 +143,13 @@ def own_work(loop: LoopProcess) -> float:
     return max(loop.step_p50 - loop.wait_per_step, 0.0)
 
 
-def _measure_loop(
-    profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fill ``loop``'s steps and phases; returns its data.wait intervals (merged starts, ends)."""
+def _measure_loop(profile: Profile, phases: np.ndarray, mask: np.ndarray, loop: LoopProcess) -> np.ndarray:
+    """Fill ``loop``'s steps and phases; returns its data.wait intervals (merged, ``intervals.py``)."""
     sub = _only(profile, mask)
     sub_phases = phases[mask]
     thread = loop_thread(sub, sub_phases)
     if thread < 0:
-        return np.zeros(0), np.zeros(0)
+        return intervals.EMPTY
     table = find_steps(sub, sub_phases, thread)
     on_loop = sub.sample_thread == thread
     steady = table.steady
@@ -168,11 +167,11 @@ def _measure_loop(
         loop.wait_per_step = float(sub.sample_wall[collective].sum() + off_cpu) / loop.steps
     waiting = on_loop & (sub_phases == _WAIT)
     loop.data_wait = float(sub.sample_wall[waiting].sum())
-    return _union(sub.sample_time[waiting] - sub.sample_wall[waiting], sub.sample_time[waiting])
+    return intervals.merged(sub.sample_time[waiting] - sub.sample_wall[waiting], sub.sample_time[waiting])
 
 
 def _worker_activity(
-    profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str, waits: tuple[np.ndarray, np.ndarray]
+    profile: Profile, fetching: np.ndarray, mask: np.ndarray, label: str, waits: np.ndarray
 ) -> WorkerActivity:
     """Seconds of the worker's busiest thread inside the wait intervals, in the fetcher or not."""
     threads = profile.sample_thread[mask]
@@ -180,7 +179,10 @@ def _worker_activity(
         return WorkerActivity(label, 0.0, 0.0)
     busiest = np.bincount(threads, weights=profile.sample_wall[mask]).argmax()
     own = mask & (profile.sample_thread == busiest)
-    overlap = _overlap(waits, profile.sample_time[own] - profile.sample_wall[own], profile.sample_time[own])
+    begun = profile.sample_time[own] - profile.sample_wall[own]
+    overlap = intervals.covered_before(waits, profile.sample_time[own]) - intervals.covered_before(
+        waits, begun
+    )
     busy = fetching[own]
     return WorkerActivity(label, float(overlap[busy].sum()), float(overlap[~busy].sum()))
 
@@ -203,35 +205,6 @@ def _only(profile: Profile, mask: np.ndarray) -> Profile:
         {},
         profile.meta,
     )
-
-
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into sorted disjoint ones."""
-    if not len(starts):
-        return np.zeros(0), np.zeros(0)
-    order = np.argsort(starts)
-    starts, ends = starts[order], np.maximum.accumulate(ends[order])
-    new = np.ones(len(starts), dtype=bool)
-    new[1:] = starts[1:] > ends[:-1]
-    first = np.nonzero(new)[0]
-    return starts[first], np.append(ends[first[1:] - 1], ends[-1])
-
-
-def _overlap(union: tuple[np.ndarray, np.ndarray], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Length of each [start, end] inside the disjoint sorted intervals ``union``."""
-    u_start, u_end = union
-    if not len(u_start):
-        return np.zeros(len(starts))
-    lengths = u_end - u_start
-    before = np.concatenate(([0.0], np.cumsum(lengths)))  # union's length before each interval
-
-    def measure(x: np.ndarray) -> np.ndarray:  # union's length up to x
-        j = np.searchsorted(u_start, x, side="right") - 1  # the last interval starting at or before x
-        jj = np.maximum(j, 0)
-        return np.where(j >= 0, before[jj] + np.clip(x - u_start[jj], 0.0, lengths[jj]), 0.0)
-
-    inside: np.ndarray = measure(ends) - measure(starts)
-    return inside
 
 
 def process_lines(result: ProcessAnalysis) -> list[str]:
