@@ -1,7 +1,7 @@
 """Speed of the deep-learning analysis on a large profile: a million samples, 20 000 steps.
 
 The profile is a real small training loop's stacks (recorded here at 1000 Hz for ~1 s), resampled
-to SAMPLES samples with step marks; the script prints the median time of ``report_data``.
+to SAMPLES samples with step marks; the script prints the median time of the analysis and its report.
 Run: python scripts/bench_analysis.py [--samples 1000000]
 """
 
@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from flameprof.analyze.breakdown import analyze
+from flameprof.analyze.report import build_report
 from flameprof.model.profile import Mark
 from flameprof.profiler import Profiler
-from flameprof.render.report import report_data
 
 
 class Items(Dataset):
@@ -61,11 +62,11 @@ def main() -> None:
     times = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        data = report_data(profile)
+        report = build_report(profile, analyze(profile))
         times.append(time.perf_counter() - t0)
     print(
-        f"report_data: {args.samples} samples, {len(profile.stack_parent)} stacks, {data['steps']['count']} "
-        "steps: "
+        f"analysis and report: {args.samples} samples, {len(profile.stack_parent)} stacks, "
+        f"{report.steps.count} steps: "
         f"median {statistics.median(times):.3f} s over {args.repeat} runs"
     )
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 from test_report import STACKS, TORCH, stepped
 
+from flameprof.analyze.report import report_of
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.profile import Frame, Mark
-from flameprof.render.report import report_data
 
 DL = TORCH + "utils/data/dataloader.py"
 
 
 def advice(profile) -> list[str]:
-    return report_data(profile)["verdict"]["advice"]
+    return report_of(profile).verdict.advice
 
 
 def has(profile, text: str) -> bool:

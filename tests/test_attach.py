@@ -215,6 +215,8 @@ def test_inject_into_a_torch_training_loop_has_layers_and_phases(tmp_path):
 
 
 def test_attach_traces_the_next_steps(tmp_path):
+    from dataclasses import asdict
+
     from flameprof.analyze.ops import ops_report
 
     trainer = subprocess.Popen([sys.executable, "-c", TORCH_TARGET], stdout=subprocess.PIPE, text=True)
@@ -225,7 +227,7 @@ def test_attach_traces_the_next_steps(tmp_path):
             "attach", str(trainer.pid), "--duration", "1.5", "--trace-steps", "3", "-q", "-o", str(out)
         )
         assert proc.returncode == 0, proc.stderr
-        data = ops_report(storage.load(out / "profile.flameprof"))
+        data = asdict(ops_report(storage.load(out / "profile.flameprof")))
         assert data["ops"]["steps"] == 3
         layers = {r["name"]: r for r in data["ops"]["layers"]}
         assert (

@@ -14,12 +14,12 @@ import pytest
 
 from flameprof.analyze.ancestry import Ancestry, innermost
 from flameprof.analyze.breakdown import rank_frames, stack_weights
+from flameprof.analyze.report import report_of
 from flameprof.cli import main
 from flameprof.collect.importers.folded import parse_frame, read_folded, read_folded_chunks
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.profile import Frame, Profile
-from flameprof.render.report import report_data
 
 DEPTH = 20_000
 LAYER = "layer:"  # frames named so become layer frames
@@ -151,7 +151,7 @@ def test_report_memory_grows_linearly_with_depth():
         profile = deep_profile(depth)
         tracemalloc.start()
         try:
-            report_data(profile)
+            report_of(profile)
             return tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()

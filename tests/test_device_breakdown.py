@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def test_the_breakdown_agrees_with_holistic_trace_analysis(tmp_path):
 
 
 def test_exposed_communication_is_the_verdict_and_syncs_count_on_any_thread():
-    data = ops_report(read_kineto(json.dumps(comm_steps()).encode(), "t.json"))
+    data = asdict(ops_report(read_kineto(json.dumps(comm_steps()).encode(), "t.json")))
     idle = data["device"]["idle"]
     # per step (1000 us) the computation idles at [0, 100), [420, 430), from the ReLU's end to 870,
     # and [900, 1000); the all_reduce runs over [420, 800) of that, the host's c10d op [38, 48);
@@ -109,7 +110,7 @@ def test_exposed_communication_is_the_verdict_and_syncs_count_on_any_thread():
 
 
 def test_kernel_statistics_and_totals():
-    data = ops_report(read_kineto(json.dumps(comm_steps()).encode(), "t.json"))
+    data = asdict(ops_report(read_kineto(json.dumps(comm_steps()).encode(), "t.json")))
     device = data["device"]
     assert device["device_events"] == 5 * 3 + 1
     durations = 3 * (300 + 500 + 20 + 30) + sum(RELU_US) + 10
@@ -164,7 +165,7 @@ def test_a_rocm_trace_reads_its_syncs():
     document = comm_steps()
     for event in document["traceEvents"]:
         event["name"] = event["name"].replace("cuda", "hip")
-    data = ops_report(read_kineto(json.dumps(document).encode(), "t.json"))
+    data = asdict(ops_report(read_kineto(json.dumps(document).encode(), "t.json")))
     assert data["device"]["idle"]["sync_percent"] == pytest.approx(150 / 30, abs=1e-6)
     assert data["device"]["sync"]["count"] == 3
 

@@ -12,9 +12,10 @@ import torch
 from loop_models import mlp
 
 from flameprof.analyze.breakdown import analyze
+from flameprof.analyze.report import build_report
 from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.profiler import Profiler
-from flameprof.render.report import apart_line, report_data
+from flameprof.render.report import apart_line
 
 now = time.perf_counter
 
@@ -71,7 +72,7 @@ def test_evaluation_and_checkpoints_are_apart_from_the_steps(sampler_kind, one_t
     # the steps with an evaluation in them count only their training (each evaluation is ~10 steps)
     evaluated = steps.phase_seconds[:, LEAF_PHASES.index("eval")] > 0
     assert evaluated.sum() >= 3 and np.median(steps.walls[evaluated]) < 1.5 * np.median(train_walls)
-    line = apart_line(report_data(p.profile, analysis=analysis))
+    line = apart_line(build_report(p.profile, analysis))
     assert "evaluation" in line and "checkpointing" in line
 
 

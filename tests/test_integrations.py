@@ -13,7 +13,7 @@ from conftest import REPO
 from sampled import wait_for_samples
 
 from flameprof.analyze.breakdown import analyze
-from flameprof.analyze.processes import processes_report
+from flameprof.analyze.processes import analyze_processes, processes_section
 from flameprof.model import storage
 
 
@@ -141,10 +141,11 @@ def test_lightning_ddp_ranks_are_merged_into_one_profile_naming_the_slowest(tmp_
     for rank in (0, 1):
         own = storage.load(out / f"flameprof-fit-rank{rank}" / "profile.flameprof")
         assert [p.role for p in own.processes] == [f"rank {rank}"]
-    report = processes_report(merged)
-    assert report["straggler"] == "rank 1", report["lines"]
+    report = processes_section(analyze_processes(merged))
+    assert report is not None
+    assert report.straggler == "rank 1", report.lines
     # its training_step works longer; under DDP training_step runs inside the wrapper's forward
-    assert report["straggler_phase"] == "forward", report["lines"]
+    assert report.straggler_phase == "forward", report.lines
     assert "slowest rank: rank 1" in proc.stdout + proc.stderr  # the summary Lightning logs
 
 

@@ -12,10 +12,11 @@ import torch
 from loop_models import mlp
 
 from flameprof.analyze.breakdown import analyze
+from flameprof.analyze.report import build_report
 from flameprof.collect.engine.layers import NAMER
 from flameprof.model.phase_names import LEAF_PHASES
 from flameprof.profiler import Profiler
-from flameprof.render.report import report_data, steps_line
+from flameprof.render.report import steps_line
 
 now = time.perf_counter
 
@@ -88,7 +89,7 @@ def test_gradient_accumulation_reports_steps_and_micro_steps(sampler_kind):
     analysis = analyze(p.profile)
     assert analysis.steps.source == "marks:step" and analysis.steps.count == 9
     assert analysis.steps.micro_steps == 36  # the backward passes of those nine steps
-    assert "36 micro-steps" in steps_line(report_data(analysis.profile, analysis=analysis)["steps"])
+    assert "36 micro-steps" in steps_line(build_report(analysis.profile, analysis).steps)
 
 
 def test_steps_inferred_from_samples_are_called_estimates():
@@ -96,7 +97,7 @@ def test_steps_inferred_from_samples_are_called_estimates():
 
     analysis = analyze(loop_profile([STEADY] * 10, marks=None))
     assert analysis.steps.source == "samples"
-    line = steps_line(report_data(analysis.profile, analysis=analysis)["steps"])
+    line = steps_line(build_report(analysis.profile, analysis).steps)
     assert "estimated from the samples" in line and "estimates" in line
 
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_one_error_line, run_flameprof
 from synthetic import PHASE_STACKS, TORCH, training_profile
 
-from flameprof.analyze.processes import analyze_processes, process_lines, processes_report
+from flameprof.analyze.processes import analyze_processes, process_lines, processes_section
 from flameprof.collect.jobs.parts import PartWriter, part_files
 from flameprof.collect.jobs.tree import ProcessTree
 from flameprof.model import storage
@@ -251,14 +251,15 @@ def test_slowest_rank_is_named_with_its_excess():
         p.processes = [ProcessInfo(300 + rank, f"rank {rank}", "h", "python train.py", 1)]
         p.threads = [type(t)(300 + rank, t.tid, t.name) for t in p.threads]
         ranks.append(p)
-    report = processes_report(merge_profiles(ranks))
-    assert report["straggler"] == "rank 1" and report["fastest_rank"] == "rank 0"
-    assert report["straggler_excess_percent"] == pytest.approx(20.0, abs=0.5)  # 12 vs 10 ticks a step
-    by_role = {loop["role"]: loop for loop in report["loops"]}
-    assert by_role["rank 1"]["phase_per_step"]["forward"] == pytest.approx(0.07)
-    assert by_role["rank 0"]["step_p50"] == pytest.approx(0.10)
-    assert report["straggler_phase"] == "forward"
-    assert report["lines"][-1] == (
+    report = processes_section(analyze_processes(merge_profiles(ranks)))
+    assert report is not None
+    assert report.straggler == "rank 1" and report.fastest_rank == "rank 0"
+    assert report.straggler_excess_percent == pytest.approx(20.0, abs=0.5)  # 12 vs 10 ticks a step
+    by_role = {loop.role: loop for loop in report.loops}
+    assert by_role["rank 1"].phase_per_step["forward"] == pytest.approx(0.07)
+    assert by_role["rank 0"].step_p50 == pytest.approx(0.10)
+    assert report.straggler_phase == "forward"
+    assert report.lines[-1] == (
         "slowest rank: rank 1, 120.0 ms of its own work per step, 20% more than rank 0; its forward is "
         "20.0 ms slower per step than rank 0's; the other ranks wait for it (per step: rank 0 0.0 ms)"
     )

@@ -12,13 +12,14 @@ import threading
 import pytest
 from conftest import assert_one_error_line, run_flameprof
 
+from flameprof.analyze.report import report_of
 from flameprof.collect.jobs.parts import PartWriter
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.records import Frame, ProcessInfo
 from flameprof.render.formats import FORMATS, Rendering, write_formats
 from flameprof.render.options import OutputOptions
-from flameprof.render.report import render_report, report_data
+from flameprof.render.report import render_report
 
 HOSTILE = "f`<img src=x onerror=alert(1)>`&\"'|*_[x](y)"
 SURROGATE = "g\ud800h"
@@ -105,13 +106,13 @@ def test_every_format_survives_lone_surrogates_and_escapes_markup(tmp_path, prof
         data = open(path, "rb").read()
         if path.endswith((".svg", ".html")):
             assert b"<img" not in data, path  # names are text, never markup
-    markdown = render_report(report_data(profile), "markdown")
+    markdown = render_report(report_of(profile), "markdown")
     for line in markdown.splitlines():
         if "onerror" in line:  # a table row: the name sits whole inside one cell's code span
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
             [cell] = [c for c in cells if "onerror" in c]
             assert cell.startswith("``") and cell.endswith("``") and "```" not in cell, line
-    json.loads(render_report(report_data(profile), "json"))
+    json.loads(render_report(report_of(profile), "json"))
     for fmt in ("text", "markdown", "json"):
         proc = run_flameprof("report", str(profile_file), "--format", fmt)
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import subprocess
+import sys
 
 import pytest
-from conftest import assert_one_error_line, run_flameprof
+from conftest import REPO, assert_one_error_line, run_flameprof
 
 from flameprof.analyze.advice import verdict_level
+from flameprof.analyze.report import report_of
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.profile import Frame, Mark
-from flameprof.render.ops_report import LAYER_KEYS
-from flameprof.render.report import render_report, report_data
+from flameprof.render.report import render_report
 
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
 DL = TORCH + "utils/data/dataloader.py"
@@ -82,23 +86,23 @@ def test_verdict_level_thresholds(share, level):
     [(199, 801, "moderately"), (1, 4, "highly"), (1, 19, "moderately"), (1, 20, "not")],
 )
 def test_verdict_from_steady_state_steps(data, compute, level):
-    verdict = report_data(stepped({"fetch": data, "forward": compute}))["verdict"]
-    assert verdict["level"] == level
-    assert verdict["basis"] == "steady-state steps"
-    assert verdict["data_percent"] == pytest.approx(100 * data / (data + compute))
-    assert verdict["input_bound"] == (level != "not")
+    verdict = report_of(stepped({"fetch": data, "forward": compute})).verdict
+    assert verdict.level == level
+    assert verdict.basis == "steady-state steps"
+    assert verdict.data_percent == pytest.approx(100 * data / (data + compute))
+    assert verdict.input_bound == (level != "not")
 
 
 def test_warmup_step_does_not_count_towards_the_verdict():
     profile = stepped({"forward": 10}, steps=5)
     slow_first = stepped({"fetch": 90, "forward": 10}, steps=1)
-    assert report_data(slow_first)["verdict"]["level"] == "highly"
+    assert report_of(slow_first).verdict.level == "highly"
     # the same slow step first, then steady compute-only steps: not input-bound
     profile = _concat(slow_first, profile)
-    data = report_data(profile)
-    assert data["steps"]["warmup"]["count"] == 1 and data["steps"]["count"] == 6
-    assert data["verdict"]["level"] == "not"
-    assert data["phases"]["data"]["percent"] == pytest.approx(90 / 150 * 100)  # whole run still shows it
+    report = report_of(profile)
+    assert report.steps.warmup.count == 1 and report.steps.count == 6
+    assert report.verdict.level == "not"
+    assert report.phases["data"].percent == pytest.approx(90 / 150 * 100)  # whole run still shows it
 
 
 def _concat(first, second):
@@ -116,8 +120,9 @@ def _concat(first, second):
 
 def test_json_keys_are_stable():
     data = json.loads(
-        render_report(report_data(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json")
+        render_report(report_of(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json")
     )
+    assert data["report_version"] == 2
     assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples"} <= set(data)
     assert list(data["phases"]) == [
         "data",
@@ -143,23 +148,34 @@ def test_json_keys_are_stable():
         "self_percent": 60.0,
         "total_percent": 60.0,
         # a traced window's costs (test_trace_window.py); None without one
-        **dict.fromkeys(LAYER_KEYS),
+        **dict.fromkeys(
+            (
+                "params",
+                "param_bytes",
+                "flops",
+                "forward_flops",
+                "forward",
+                "backward",
+                "device",
+                "gflops_per_s",
+            )
+        ),
     }
-    assert (data["ops"], data["memory"], data["device"]) == ({}, {}, {})
+    assert (data["ops"], data["memory"], data["device"], data["processes"]) == (None, None, None, None)
     assert {"level", "input_bound", "data_percent", "basis", "text", "advice"} <= set(data["verdict"])
 
 
 def test_profile_without_torch_still_reports():
-    data = report_data(stepped({"plain": 5}, marks=False))
-    assert data["phases"]["other"]["percent"] == 100.0
-    assert data["layers"] == [] and data["steps"]["count"] == 0
-    assert data["verdict"]["level"] == "unknown"
+    data = report_of(stepped({"plain": 5}, marks=False))
+    assert data.phases["other"].percent == 100.0
+    assert data.layers == [] and data.steps.count == 0
+    assert data.verdict.level == "unknown"
     for fmt in ("text", "markdown"):
         assert "no training or inference loop found" in render_report(data, fmt)
 
 
 def test_text_and_markdown_show_phases_steps_layers_and_verdict():
-    data = report_data(stepped({"fetch": 1, "forward": 3}))
+    data = report_of(stepped({"fetch": 1, "forward": 3}))
     text = render_report(data, "text")
     assert "HIGHLY input-bound" in text and "Net.fc (Linear)" in text and "4 steps (marks:step)" in text
     warmup = next(line for line in text.splitlines() if line.startswith("  #1 "))
@@ -264,3 +280,51 @@ def test_top_functions_leave_idle_helper_threads_out_unless_asked(tmp_path, writ
     assert {"wait", "select"} <= {function(row["name"]) for row in everything["functions"][:3]}
     text = run_flameprof("report", profile).stdout
     assert "of other threads' idle waits left out (--idle)" in text
+
+
+COUNTING_RUN = """
+import atexit, sys
+import flameprof.analyze.breakdown as breakdown
+import flameprof.analyze.phase_tree as phase_tree
+import flameprof.analyze.report as report
+from flameprof.cli import main
+
+calls = {"analyze": 0, "build_report": 0, "phase_tree": 0}
+
+def counted(module, name):
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        calls[name] += 1
+        return original(*args, **kwargs)
+
+    setattr(module, name, wrapper)
+
+counted(breakdown, "analyze")
+counted(report, "build_report")
+counted(phase_tree, "phase_tree")
+atexit.register(lambda: print("calls", calls, file=sys.stderr))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_run_with_every_format_analyses_and_reports_once(tmp_path):
+    """The summary, the HTML report and every export of one run share one analysis, one report, and
+    the SVG and HTML share one call tree."""
+    out = tmp_path / "out"
+    args = ("run", "--format", "all", "-o", str(out), "-m", "flameprof.examples.cnn_train", "--steps", "30")
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNTING_RUN, *args],
+        env={**os.environ, "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    calls = ast.literal_eval(proc.stderr.rsplit("calls ", 1)[1].strip())
+    assert calls == {"analyze": 1, "build_report": 1, "phase_tree": 1}, proc.stderr
+    assert "verdict:" in proc.stderr and (out / "profile.html").exists() and (out / "profile.svg").exists()
+    # the .svg drawn from the shared tree (with phase columns) colours by kind of code unless asked
+    svg = (out / "profile.svg").read_text()
+    assert ' p="' not in svg and "plegend" not in svg
+    assert ' p="' in (out / "profile.html").read_text()

@@ -18,7 +18,7 @@ import numpy as np
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
-from .processes import analyze_processes
+from .processes import ProcessAnalysis
 from .steps import data_share
 
 HIGHLY = 0.20
@@ -67,8 +67,9 @@ def basis_seconds(analysis: Analysis) -> tuple[np.ndarray, str]:
     return analysis.phase_seconds, "whole run"
 
 
-def judge(analysis: Analysis) -> Verdict:
-    """The verdict and the advice that applies to this profile."""
+def judge(analysis: Analysis, processes: ProcessAnalysis | None = None) -> Verdict:
+    """The verdict and the advice that applies to this profile (``processes``: its cross-process
+    analysis, for what the DataLoader workers did while the loop waited)."""
     if not analysis.is_deep_learning:
         return Verdict("unknown", 0.0, "whole run", _LEVEL_TEXT["unknown"])
     seconds, basis = basis_seconds(analysis)
@@ -80,13 +81,15 @@ def judge(analysis: Analysis) -> Verdict:
         f"{_LEVEL_TEXT[level]}: {100 * share:.1f}% of {_BASIS_TEXT[basis]} time is data loading "
         f"(wait {pct['data.wait']:.1f}%, fetch {pct['data.fetch']:.1f}%)"
     )
-    return Verdict(level, share, basis, text, advise(analysis, share, pct))
+    return Verdict(level, share, basis, text, advise(analysis, share, pct, processes))
 
 
-def advise(analysis: Analysis, share: float, pct: dict[str, float]) -> list[str]:
+def advise(
+    analysis: Analysis, share: float, pct: dict[str, float], processes: ProcessAnalysis | None = None
+) -> list[str]:
     out: list[str] = []
     if share >= MODERATELY:
-        out += _data_advice(analysis, pct)
+        out += _data_advice(analysis, pct, processes)
     if pct["sync"] >= 100 * SYNC_ADVICE:
         out.append(
             f"Host synchronisation takes {pct['sync']:.1f}% of the loop: avoid per-step .item(), .cpu(), "
@@ -112,7 +115,7 @@ def _named(*names: str) -> Callable[[Frame], bool]:
     return lambda f: f.name in names
 
 
-def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
+def _data_advice(analysis: Analysis, pct: dict[str, float], processes: ProcessAnalysis | None) -> list[str]:
     p = analysis.profile
     out = []
     single = stack_has(p, _named("_SingleProcessDataLoaderIter._next_data"))
@@ -123,7 +126,7 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
             "workers prepare batches in parallel with compute."
         )
     if pct["data.wait"] >= 100 * MODERATELY:
-        out.append(_wait_advice(analysis, pct["data.wait"]))
+        out.append(_wait_advice(analysis, pct["data.wait"], processes))
     starts = stack_has(
         p,
         _named("_MultiProcessingDataLoaderIter.__init__", "_MultiProcessingDataLoaderIter._shutdown_workers"),
@@ -145,10 +148,10 @@ def _data_advice(analysis: Analysis, pct: dict[str, float]) -> list[str]:
     return out
 
 
-def _wait_advice(analysis: Analysis, wait_pct: float) -> str:
+def _wait_advice(analysis: Analysis, wait_pct: float, processes: ProcessAnalysis | None) -> str:
     """What to do about the loop waiting for worker batches: more workers when they were busy
     building batches meanwhile, cheaper hand-over when they idled."""
-    busy, idle, workers = _worker_activity(analysis.profile)
+    busy, idle, workers = _worker_activity(processes)
     if workers and busy + idle > 0:
         share = busy / (busy + idle)
         if share < WORKERS_BUSY:
@@ -175,11 +178,10 @@ def _wait_advice(analysis: Analysis, wait_pct: float) -> str:
     )
 
 
-def _worker_activity(profile: Profile) -> tuple[float, float, int]:
+def _worker_activity(processes: ProcessAnalysis | None) -> tuple[float, float, int]:
     """(seconds building batches, seconds otherwise, workers) of the DataLoader workers of the loop
     that waited longest for them, inside its waits; zeros when no worker was profiled."""
-    result = analyze_processes(profile)
-    loops = [loop for loop in (result.loops if result else []) if loop.workers]
+    loops = [loop for loop in (processes.loops if processes else []) if loop.workers]
     if not loops:
         return 0.0, 0.0, 0
     loop = max(loops, key=lambda each: each.data_wait)

@@ -51,6 +51,7 @@ class Analysis:
     startup_seconds: float = 0.0  # loop thread, before the first step (0 without steps)
     startup_import_seconds: float = 0.0  # of which in the import system
     import_seconds: float = 0.0  # loop thread, whole run, in the import system
+    mode: str = "wall"  # the weights of ``functions``: wall, cpu or samples
 
     @property
     def loop_seconds(self) -> float:
@@ -128,6 +129,7 @@ def analyze(
         startup_seconds=float(wall[startup].sum()),
         startup_import_seconds=float(wall[startup & importing].sum()),
         import_seconds=float(wall[importing].sum()),
+        mode=mode,
     )
 
 

@@ -20,7 +20,7 @@ differences and their reasons are in docs/traced-window.md):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -105,13 +105,12 @@ class DeviceTime:
     exposed_communication: float  # of which no computation kernel runs
     collective: str  # the collective with the most time (``AllReduce``), or ""
     streams: list[StreamTime]
+    # of the communication time, the share some computation kernel runs too (None without any)
+    overlap_percent: float | None = field(init=False)
 
-    @property
-    def overlap_percent(self) -> float | None:
-        """Of the communication time, the share some computation kernel runs too (None without any)."""
-        if self.communication <= 0:
-            return None
-        return 100 * (1 - self.exposed_communication / self.communication)
+    def __post_init__(self) -> None:
+        comm = self.communication
+        self.overlap_percent = 100 * (1 - self.exposed_communication / comm) if comm > 0 else None
 
     def percent(self, seconds: float) -> float:
         return 100 * seconds / self.span if self.span > 0 else 0.0

@@ -9,8 +9,7 @@ keeps for backward, and, with a device, how busy it was in each traced step, whe
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +28,7 @@ from ..model.trace import (
 )
 from . import intervals
 from .advice import HIGHLY, MODERATELY
-from .device_breakdown import COMMUNICATION, DeviceTime, device_times, event_types, kernel_stats
+from .device_breakdown import COMMUNICATION, DeviceTime, KernelStats, device_times, event_types, kernel_stats
 
 TOP_OPS = 15
 # Device idle time is input-bound, host-bound or sync-bound when that cause has at least this share.
@@ -43,6 +42,135 @@ class OpTimes:
 
     self_time: np.ndarray
     counted: np.ndarray  # host ops whose ancestors hold no op of the same name (for total time)
+
+
+@dataclass
+class OpRow:
+    """One op name in the window: calls, self and total seconds, its commonest input shapes."""
+
+    name: str
+    calls: int
+    self: float
+    total: float
+    shapes: list[str]
+
+
+@dataclass
+class LayerCost:
+    """One layer path in the window: op seconds forward and backward, FLOPs, parameters, device time."""
+
+    name: str
+    params: int
+    param_bytes: int
+    forward: float = 0.0
+    backward: float = 0.0
+    flops: float = 0.0
+    forward_flops: float = 0.0
+    device: float = 0.0
+    gflops_per_s: float = 0.0
+
+
+@dataclass
+class OpsSection:
+    """The traced window's host ops: its length and steps, op time by phase, top ops, layer costs."""
+
+    window_seconds: float
+    steps: int
+    op_seconds: float
+    phases: dict[str, float]
+    top: list[OpRow]
+    layers: list[LayerCost]
+
+
+@dataclass
+class MemoryLayer:
+    name: str
+    allocated: float  # bytes allocated in the layer's ops
+    held: float  # bytes its forward allocated and did not free within the window
+
+
+@dataclass
+class MemorySection:
+    """The allocator on the busiest device: its peak, where it happened, and bytes per layer."""
+
+    device: str
+    peak: float
+    peak_time: float
+    peak_layer: str
+    peak_op: str
+    layers: list[MemoryLayer]
+
+
+@dataclass
+class DeviceStep:
+    start: float
+    wall: float
+    busy_percent: float
+    idle_percent: float
+
+
+@dataclass
+class CopyStats:
+    count: int = 0
+    bytes: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class SyncSite:
+    site: str  # the Python call site (``fn (file:line)``), or the outermost op around the call
+    count: int
+    seconds: float
+
+
+@dataclass
+class SyncSection:
+    """Host time blocked in synchronising runtime calls, by call site."""
+
+    seconds: float
+    count: int
+    sites: list[SyncSite]
+
+
+@dataclass
+class IdleCauses:
+    """The device's computation idle time in the steps, by what held it up, and the verdict."""
+
+    seconds: float
+    percent: float
+    comm_percent: float
+    data_percent: float
+    sync_percent: float
+    host_percent: float
+    level: str  # comm, input, sync, host or device
+    verdict: str
+
+
+@dataclass
+class DeviceSection:
+    """The device in the traced window: busy share per step, kernels, per-device breakdowns, copies,
+    syncs and the causes of its idle time."""
+
+    busy_percent: float
+    steps: list[DeviceStep]
+    device_seconds: float
+    device_events: int
+    kernels: list[KernelStats]
+    devices: list[DeviceTime]
+    kernel_by_layer: dict[str, float]
+    kernel_by_phase: dict[str, float]
+    copies: dict[str, CopyStats]
+    sync: SyncSection
+    idle: IdleCauses | None
+
+
+@dataclass
+class TracedSections:
+    """The report's sections from a traced window; each None without one (or without a device)."""
+
+    ops: OpsSection | None = None
+    memory: MemorySection | None = None
+    device: DeviceSection | None = None
 
 
 def op_times(trace: Trace) -> OpTimes:
@@ -76,7 +204,7 @@ def window_seconds(trace: Trace) -> float:
     return float((start + trace.events["dur"][host]).max() - start.min())
 
 
-def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[dict[str, Any]]:
+def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[OpRow]:
     ev = trace.events
     self_by: dict[int, float] = defaultdict(float)
     total_by: dict[int, float] = defaultdict(float)
@@ -90,39 +218,27 @@ def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[dict[str, 
             total_by[name] += float(ev["dur"][i])
         if ev["shapes"][i] >= 0:
             shapes[name][int(ev["shapes"][i])] += 1
-    rows = []
-    for name in sorted(self_by, key=lambda k: -self_by[k])[:top]:
-        rows.append(
-            {
-                "name": trace.names[name],
-                "calls": calls[name],
-                "self": self_by[name],
-                "total": total_by[name],
-                "shapes": [trace.names[s] for s, _ in shapes[name].most_common(3)],
-            }
+    return [
+        OpRow(
+            trace.names[name],
+            calls[name],
+            self_by[name],
+            total_by[name],
+            [trace.names[s] for s, _ in shapes[name].most_common(3)],
         )
-    return rows
+        for name in sorted(self_by, key=lambda k: -self_by[k])[:top]
+    ]
 
 
-def layer_table(trace: Trace, times: OpTimes) -> list[dict[str, Any]]:
+def layer_table(trace: Trace, times: OpTimes) -> list[LayerCost]:
     """One row per layer path: op time forward and backward, FLOPs, GFLOP/s, parameters, device time."""
     ev = trace.events
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, LayerCost] = {}
 
-    def row(layer: int) -> dict[str, Any]:
+    def row(layer: int) -> LayerCost:
         name = trace.names[layer]
         if name not in rows:
-            count, size = trace.params.get(name, (0, 0))
-            rows[name] = {
-                "name": name,
-                "params": count,
-                "param_bytes": size,
-                "forward": 0.0,
-                "backward": 0.0,
-                "flops": 0.0,
-                "forward_flops": 0.0,
-                "device": 0.0,
-            }
+            rows[name] = LayerCost(name, *trace.params.get(name, (0, 0)))
         return rows[name]
 
     kind, layer, phase = ev["kind"].tolist(), ev["layer"].tolist(), ev["phase"].tolist()
@@ -130,22 +246,21 @@ def layer_table(trace: Trace, times: OpTimes) -> list[dict[str, Any]]:
     for i in np.nonzero(ev["layer"] >= 0)[0].tolist():
         r = row(layer[i])
         if kind[i] == OP:
-            key = "backward" if phase[i] == backward else "forward" if phase[i] == forward else None
-            if key:
-                r[key] += float(times.self_time[i])
-            r["flops"] += float(ev["flops"][i])
-            if phase[i] == forward:
-                r["forward_flops"] += float(ev["flops"][i])
+            if phase[i] == backward:
+                r.backward += float(times.self_time[i])
+            elif phase[i] == forward:
+                r.forward += float(times.self_time[i])
+                r.forward_flops += float(ev["flops"][i])
+            r.flops += float(ev["flops"][i])
         elif kind[i] in DEVICE_KINDS:
-            r["device"] += float(ev["dur"][i])
+            r.device += float(ev["dur"][i])
     for name, (count, size) in trace.params.items():
         if name not in rows and count:
-            rows[name] = {"name": name, "params": count, "param_bytes": size, "forward": 0.0, "backward": 0.0,
-                          "flops": 0.0, "forward_flops": 0.0, "device": 0.0}  # fmt: skip
+            rows[name] = LayerCost(name, count, size)
     for r in rows.values():
-        busy = r["device"] or (r["forward"] + r["backward"])
-        r["gflops_per_s"] = r["flops"] / busy / 1e9 if busy > 0 and r["flops"] else 0.0
-    return sorted(rows.values(), key=lambda r: -(r["forward"] + r["backward"] + r["device"]))
+        busy = r.device or (r.forward + r.backward)
+        r.gflops_per_s = r.flops / busy / 1e9 if busy > 0 and r.flops else 0.0
+    return sorted(rows.values(), key=lambda r: -(r.forward + r.backward + r.device))
 
 
 def phase_op_seconds(trace: Trace, times: OpTimes) -> dict[str, float]:
@@ -153,11 +268,11 @@ def phase_op_seconds(trace: Trace, times: OpTimes) -> dict[str, float]:
     return {name: float(sums[i]) for i, name in enumerate(PHASES)}
 
 
-def memory_table(trace: Trace) -> dict[str, Any]:
+def memory_table(trace: Trace) -> MemorySection | None:
     """Allocated and held bytes per layer, the peak and where it happened, on the busiest device."""
     mem, ev = trace.memory, trace.events
     if not len(mem["time"]):
-        return {}
+        return None
     devices = mem["device"]
     gpu = devices >= 0
     device = int(devices[gpu][0]) if gpu.any() else -1
@@ -168,37 +283,37 @@ def memory_table(trace: Trace) -> dict[str, Any]:
     op = event
     while op >= 0 and ev["kind"][op] != OP:  # the op around an allocation made in a runtime call
         op = int(ev["parent"][op])
-    per_layer: dict[str, dict[str, Any]] = {}
+    per_layer: dict[str, MemoryLayer] = {}
     forward = PHASES.index("forward")
     for r in rows.tolist():
         e = int(mem["event"][r])
         if e < 0 or ev["layer"][e] < 0:
             continue
         name = trace.names[int(ev["layer"][e])]
-        entry = per_layer.setdefault(name, {"name": name, "allocated": 0.0, "held": 0.0})
+        entry = per_layer.setdefault(name, MemoryLayer(name, 0.0, 0.0))
         delta = float(mem["delta"][r])
         if delta > 0:
-            entry["allocated"] += delta
+            entry.allocated += delta
         if ev["phase"][e] == forward:
-            entry["held"] += delta
-    return {
-        "device": "cpu" if device < 0 else f"device {device}",
-        "peak": float(total.max()),
-        "peak_time": float(mem["time"][peak_row]),
-        "peak_layer": trace.name_of(int(ev["layer"][event])) if event >= 0 else "",
-        "peak_op": trace.name_of(int(ev["name"][op if op >= 0 else event])) if event >= 0 else "",
-        "layers": sorted(per_layer.values(), key=lambda r: -r["allocated"]),
-    }
+            entry.held += delta
+    return MemorySection(
+        "cpu" if device < 0 else f"device {device}",
+        float(total.max()),
+        float(mem["time"][peak_row]),
+        trace.name_of(int(ev["layer"][event])) if event >= 0 else "",
+        trace.name_of(int(ev["name"][op if op >= 0 else event])) if event >= 0 else "",
+        sorted(per_layer.values(), key=lambda r: -r.allocated),
+    )
 
 
-def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]:
+def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection | None:
     """Busy and idle share per traced step, kernel time per layer and phase, copies, syncs, the
     cause of the idle time, and each device's breakdown as HTA makes it (``device_breakdown.py``).
     Empty when the window saw no device activity."""
     ev = trace.events
     on_device = np.isin(ev["kind"], DEVICE_KINDS)
     if not on_device.any():
-        return {}
+        return None
     start, end = ev["start"], ev["start"] + ev["dur"]
     busy = intervals.merged(start[on_device], end[on_device])
     spans = list(trace.steps) or [(float(start.min()), float(end.max()))]
@@ -207,9 +322,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]
     steps = []
     for a, b, covered in zip(firsts.tolist(), lasts.tolist(), on.tolist()):
         share = covered / (b - a) if b > a else 0.0
-        steps.append(
-            {"start": a, "wall": b - a, "busy_percent": 100 * share, "idle_percent": 100 * (1 - share)}
-        )
+        steps.append(DeviceStep(a, b - a, 100 * share, 100 * (1 - share)))
     kernel_by_layer: dict[str, float] = defaultdict(float)
     kernel_by_phase: dict[str, float] = defaultdict(float)
     for layer, phase, seconds in zip(
@@ -218,39 +331,38 @@ def device_table(trace: Trace, profile: Profile | None = None) -> dict[str, Any]
         kernel_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
         kernel_by_phase[PHASES[phase]] += seconds
     devices = device_times(trace)
-    stats = kernel_stats(trace)
-    return {
-        "busy_percent": 100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
-        "steps": steps,
-        "device_seconds": float(ev["dur"][on_device].sum()),
-        "device_events": int(on_device.sum()),
-        "kernels": [asdict(k) for k in stats[:TOP_OPS]],
-        "devices": [{**asdict(d), "overlap_percent": d.overlap_percent} for d in devices],
-        "kernel_by_layer": dict(sorted(kernel_by_layer.items(), key=lambda kv: -kv[1])),
-        "kernel_by_phase": dict(kernel_by_phase),
-        "copies": _copies(trace),
-        "sync": _syncs(trace, profile),
-        "idle": _idle_causes(trace, spans, devices),
-    }
+    return DeviceSection(
+        busy_percent=100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
+        steps=steps,
+        device_seconds=float(ev["dur"][on_device].sum()),
+        device_events=int(on_device.sum()),
+        kernels=kernel_stats(trace)[:TOP_OPS],
+        devices=devices,
+        kernel_by_layer=dict(sorted(kernel_by_layer.items(), key=lambda kv: -kv[1])),
+        kernel_by_phase=dict(kernel_by_phase),
+        copies=_copies(trace),
+        sync=_syncs(trace, profile),
+        idle=_idle_causes(trace, spans, devices),
+    )
 
 
-def _copies(trace: Trace) -> dict[str, Any]:
+def _copies(trace: Trace) -> dict[str, CopyStats]:
     ev = trace.events
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CopyStats] = {}
     for i in np.nonzero(np.isin(ev["kind"], (MEMCPY, MEMSET)))[0].tolist():
         name = trace.names[int(ev["name"][i])]
         if ev["kind"][i] == MEMSET:
             key = "memset"
         else:
             key = next((v for k, v in _COPY_KINDS.items() if k in name), "other_copy")
-        entry = out.setdefault(key, {"count": 0, "bytes": 0.0, "seconds": 0.0})
-        entry["count"] += 1
-        entry["bytes"] += float(ev["bytes"][i])
-        entry["seconds"] += float(ev["dur"][i])
+        entry = out.setdefault(key, CopyStats())
+        entry.count += 1
+        entry.bytes += float(ev["bytes"][i])
+        entry.seconds += float(ev["dur"][i])
     return out
 
 
-def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
+def _syncs(trace: Trace, profile: Profile | None) -> SyncSection:
     """Host time blocked in synchronising runtime calls, by the Python call site that caused it."""
     ev = trace.events
     sync = np.nonzero((ev["kind"] == RUNTIME) & (ev["phase"] == PHASES.index("sync")))[0]
@@ -266,14 +378,11 @@ def _syncs(trace: Trace, profile: Profile | None) -> dict[str, Any]:
         entry = sites.setdefault(site, [0, 0.0])
         entry[0] += 1
         entry[1] += float(ev["dur"][i])
-    return {
-        "seconds": float(ev["dur"][sync].sum()),
-        "count": len(sync),
-        "sites": [
-            {"site": k, "count": c, "seconds": s}
-            for k, (c, s) in sorted(sites.items(), key=lambda kv: -kv[1][1])
-        ],
-    }
+    return SyncSection(
+        float(ev["dur"][sync].sum()),
+        len(sync),
+        [SyncSite(k, int(c), s) for k, (c, s) in sorted(sites.items(), key=lambda kv: -kv[1][1])],
+    )
 
 
 def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
@@ -320,7 +429,9 @@ def _program_frame(profile: Profile, stack: int) -> str:
     return ""
 
 
-def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[DeviceTime]) -> dict[str, Any]:
+def _idle_causes(
+    trace: Trace, spans: list[tuple[float, float]], devices: list[DeviceTime]
+) -> IdleCauses | None:
     """What held the device's computation up while it idled or only communicated: communication
     (a collective's kernels, or the host inside a collective), the host waiting for data on the
     loop thread, the host blocked in a sync on any thread, or the host busy itself (the device
@@ -330,7 +441,7 @@ def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[D
     host = (kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME)
     ops = host & (kind == OP)
     if not ops.any():
-        return {}
+        return None
     main = Counter(ev["tid"][ops].tolist()).most_common(1)[0][0]
     start, end = ev["start"], ev["start"] + ev["dur"]
     phase = ev["phase"]
@@ -361,17 +472,22 @@ def _idle_causes(trace: Trace, spans: list[tuple[float, float]], devices: list[D
     exposed = sum(d.exposed_communication for d in devices)
     overlap = 100 * (1 - exposed / communication) if communication > 0 else None
     collective = max(devices, key=lambda d: d.communication).collective if devices else ""
-    return {
-        "seconds": total,
-        "percent": 100 * total / wall if wall > 0 else 0.0,
-        **{f"{cause}_percent": 100 * share for cause, share in shares.items()},
-        **device_verdict(shares, collective, overlap),
-    }
+    level, verdict = device_verdict(shares, collective, overlap)
+    return IdleCauses(
+        total,
+        100 * total / wall if wall > 0 else 0.0,
+        comm_percent=100 * shares["comm"],
+        data_percent=100 * shares["data"],
+        sync_percent=100 * shares["sync"],
+        host_percent=100 * shares["host"],
+        level=level,
+        verdict=verdict,
+    )
 
 
 def device_verdict(
     shares: dict[str, float], collective: str = "", overlap: float | None = None
-) -> dict[str, Any]:
+) -> tuple[str, str]:
     """Why the device's computation idles, from the shares of step time it idled while communication
     ran or the host was in a collective (``comm``), the host waited for data, blocked in syncs, or
     was busy itself. Communication that holds up more than data does, and at least 20 % of the step,
@@ -383,18 +499,18 @@ def device_verdict(
         text += f" waiting for {collective}" if collective else " during communication"
         if overlap is not None:
             text += f"; {overlap:.1f}% of communication overlaps computation"
-        return {"level": "comm", "verdict": text}
+        return "comm", text
     if data >= MODERATELY:
         degree = "highly" if data >= HIGHLY else "moderately"
         text = f"{degree} input-bound: the device idles {100 * data:.1f}% of the step"
         text += " while the host waits for data"
-        return {"level": "input", "verdict": text}
+        return "input", text
     cause = max(("sync", "host"), key=shares.__getitem__)
     if shares[cause] >= IDLE_CAUSE_SHARE:
         what = "blocks in synchronisation" if cause == "sync" else "runs Python and launches work"
         text = f"{cause}-bound: the device idles {100 * shares[cause]:.1f}% of the step while the host {what}"
-        return {"level": cause, "verdict": text}
-    return {"level": "device", "verdict": "device-bound: the device is busy; speed up its kernels"}
+        return cause, text
+    return "device", "device-bound: the device is busy; speed up its kernels"
 
 
 def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float]:
@@ -428,21 +544,18 @@ def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float
     return out
 
 
-def ops_report(profile: Profile) -> dict[str, Any]:
-    """The report's ``ops``, ``memory`` and ``device`` sections (empty dicts without a trace)."""
+def ops_report(profile: Profile) -> TracedSections:
+    """The report's ``ops``, ``memory`` and ``device`` sections (None without a trace)."""
     trace = profile.trace
     if trace is None or not trace.num_events:
-        return {"ops": {}, "memory": {}, "device": {}}
+        return TracedSections()
     times = op_times(trace)
-    return {
-        "ops": {
-            "window_seconds": window_seconds(trace),
-            "steps": len(trace.steps),
-            "op_seconds": float(times.self_time.sum()),
-            "phases": phase_op_seconds(trace, times),
-            "top": top_ops(trace, times),
-            "layers": layer_table(trace, times),
-        },
-        "memory": memory_table(trace),
-        "device": device_table(trace, profile),
-    }
+    ops = OpsSection(
+        window_seconds(trace),
+        len(trace.steps),
+        float(times.self_time.sum()),
+        phase_op_seconds(trace, times),
+        top_ops(trace, times),
+        layer_table(trace, times),
+    )
+    return TracedSections(ops, memory_table(trace), device_table(trace, profile))

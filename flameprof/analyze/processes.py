@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -98,13 +97,18 @@ def _loop_key(label: str) -> str | None:
     return "main" if bare.startswith("main") else None
 
 
-def analyze_processes(profile: Profile, rules: Sequence[Rule] = ()) -> ProcessAnalysis | None:
+def analyze_processes(
+    profile: Profile, rules: Sequence[Rule] = (), sample_phase: np.ndarray | None = None
+) -> ProcessAnalysis | None:
     """Per loop process: steps, phases per step, CPU per step and its workers' activity while it
-    waited for data; None for a profile of one process."""
+    waited for data; None for a profile of one process. ``sample_phase``: the samples' phases when
+    the caller has them classified already (with the same ``rules``)."""
     labels, of_sample = sample_processes(profile)
     if len(labels) < 2:
         return None
-    phases = phase_of_samples(profile, profile_rules(profile, rules))
+    phases = (
+        phase_of_samples(profile, profile_rules(profile, rules)) if sample_phase is None else sample_phase
+    )
     loops: dict[str, LoopProcess] = {}
     workers: dict[str, list[str]] = {}
     for label in labels:
@@ -258,16 +262,28 @@ def _in_collectives(loop: LoopProcess) -> str:
     return f" ({1e3 * comm:.1f} in collectives)" if comm >= 5e-5 else ""
 
 
-def processes_report(profile: Profile, rules: Sequence[Rule] = ()) -> dict[str, Any] | None:
-    """The cross-process analysis as a JSON-ready dictionary (``lines`` is its text); None for one process."""
-    result = analyze_processes(profile, rules)
+@dataclass
+class ProcessesSection:
+    """The report's cross-process section: each loop process, the straggler among the ranks, and the
+    findings in sentences (``lines``)."""
+
+    loops: list[LoopProcess]
+    straggler: str | None
+    fastest_rank: str | None
+    straggler_excess_percent: float
+    straggler_phase: str | None
+    lines: list[str]
+
+
+def processes_section(result: ProcessAnalysis | None) -> ProcessesSection | None:
+    """The cross-process analysis for the report; None for a profile of one process."""
     if result is None:
         return None
-    return {
-        "loops": [asdict(loop) for loop in result.loops],
-        "straggler": result.straggler,
-        "fastest_rank": result.fastest,
-        "straggler_excess_percent": round(100 * result.excess, 3),
-        "straggler_phase": result.slow_phase,
-        "lines": process_lines(result),
-    }
+    return ProcessesSection(
+        result.loops,
+        result.straggler,
+        result.fastest,
+        round(100 * result.excess, 3),
+        result.slow_phase,
+        process_lines(result),
+    )

@@ -46,14 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..analyze.phases import parse_rule
+    from ..analyze.report import report_of
     from ..collect.importers.load import load_input
-    from ..render.report import render_report, report_data
+    from ..render.report import render_report
 
     rules = [parse_rule(text) for text in args.phase]  # malformed rules fail before the profile is read
     profile = load_input(args.profile)
-    text = render_report(
-        report_data(profile, rules, args.mode, source=args.profile, idle=args.idle), args.format
-    )
+    text = render_report(report_of(profile, rules, args.mode, args.idle, args.profile), args.format)
     if args.output:
         from ..atomic import write_text
         from ..errors import FlameprofError

@@ -18,7 +18,6 @@ from ..profiler import Profiler
 from ..render.formats import Rendering
 from ..render.options import OutputOptions
 from ..render.outputs import write_outputs
-from ..render.report import report_data
 
 
 class FlameprofCallback(TrainerCallback):
@@ -63,10 +62,11 @@ class FlameprofCallback(TrainerCallback):
         os.makedirs(outdir, exist_ok=True)
         rendering = Rendering(profile, OutputOptions(mode=self.mode))
         self.paths = write_outputs(rendering, outdir)
-        data = report_data(profile, mode=self.mode, analysis=rendering.analysis)
-        steady = data["steps"]["steady"]
-        phases = steady["phases"] if steady["count"] else data["phases"]
-        entry = {"step": state.global_step, "flameprof/verdict": data["verdict"]["text"]}
-        entry |= {f"flameprof/{name}_percent": cell["percent"] for name, cell in phases.items()}
+        report = rendering.report
+        entry = {"step": state.global_step, "flameprof/verdict": report.verdict.text}
+        entry |= {
+            f"flameprof/{name}_percent": round(cell.percent, 6)
+            for name, cell in report.basis_phases().items()
+        }
         entry["flameprof/profile"] = self.paths[0]
         state.log_history.append(entry)

@@ -28,7 +28,7 @@ from ..profiler import Profiler
 from ..render.formats import Rendering
 from ..render.options import OutputOptions
 from ..render.outputs import write_outputs
-from ..render.report import phase_lines, report_data
+from ..render.report import phase_lines
 
 STEP_HOOKS = {
     "fit": "training_step",
@@ -97,30 +97,36 @@ class FlameprofProfiler(LightningProfiler):
         group = _process_group() if gather else None
         if group is None:
             rank = int(os.environ.get("RANK", self._local_rank or 0) or 0)
-            self.paths = self._write(profile, base + (f"-rank{rank}" if rank else ""))
+            rendering = self._rendering(profile)
+            self.paths = self._write(rendering, base + (f"-rank{rank}" if rank else ""))
         else:
             rank, size = group
             profile.processes = [
                 ProcessInfo(os.getpid(), f"rank {rank}", socket.gethostname(), "", os.getppid())
             ]
-            own = self._write(profile, f"{base}-rank{rank}")
+            rendering = self._rendering(profile)
+            own = self._write(rendering, f"{base}-rank{rank}")
             merged = _gather(profile, rank, size)
-            self.paths = own if merged is None else self._write(merged, base)
-            profile = merged or profile
-        rendering = Rendering(profile, OutputOptions(mode=self.mode))
-        data = report_data(profile, mode=self.mode, analysis=rendering.analysis)
-        basis = data["steps"]["steady"]["phases"] if data["steps"]["steady"]["count"] else data["phases"]
-        lines = phase_lines(basis)
+            if merged is None:
+                self.paths = own
+            else:
+                rendering = self._rendering(merged)
+                self.paths = self._write(rendering, base)
+        report = rendering.report  # of the profile written last: the job's on rank 0
+        lines = phase_lines(report.basis_phases())
         shares = ", ".join(f"{name} {pct}" for name, _, pct, _ in lines if not name.startswith(" "))
-        ranks = "".join(f"  {line}\n" for line in (data["processes"] or {}).get("lines", []))
+        ranks = "".join(f"  {line}\n" for line in (report.processes.lines if report.processes else []))
         self._summary = (
-            f"flameprof ({self._stage}): {data['verdict']['text']}\n"
+            f"flameprof ({self._stage}): {report.verdict.text}\n"
             f"  phases: {shares}\n{ranks}  profile: {self.paths[0]}\n"
         )
 
-    def _write(self, profile: Profile, outdir: str) -> list[str]:
+    def _rendering(self, profile: Profile) -> Rendering:
+        return Rendering(profile, OutputOptions(mode=self.mode))
+
+    def _write(self, rendering: Rendering, outdir: str) -> list[str]:
         os.makedirs(outdir, exist_ok=True)
-        return write_outputs(Rendering(profile, OutputOptions(mode=self.mode)), outdir)
+        return write_outputs(rendering, outdir)
 
 
 def _process_group() -> tuple[int, int] | None:

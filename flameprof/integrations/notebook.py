@@ -22,7 +22,7 @@ from ..render.formats import Rendering
 from ..render.html_report import render_html
 from ..render.options import OutputOptions
 from ..render.outputs import write_outputs
-from ..render.report import phase_lines, report_data
+from ..render.report import phase_lines
 
 FRAME_HEIGHT = 900  # pixels of the report's iframe
 
@@ -52,15 +52,15 @@ class FlameprofMagics(Magics):
 
 def show(profile, options: OutputOptions, output: str | None = None) -> None:
     """Display the verdict, the phases and the HTML report of ``profile`` below the cell."""
-    rendering = Rendering(profile, options)
+    rendering = Rendering(profile, options, source="notebook cell")
     if output:
         write_outputs(rendering, output)
-    data = report_data(profile, mode=options.mode, analysis=rendering.analysis)
-    steady = data["steps"]["steady"]
-    phases = steady["phases"] if steady["count"] else data["phases"]
-    shares = ", ".join(f"{n} {p}" for n, _, p, _ in phase_lines(phases) if not n.startswith(" "))
-    page = render_html(profile, rendering.analysis, options, source="notebook cell", flame=rendering.shown)
-    verdict = html.escape(data["verdict"]["text"])
+    report = rendering.report
+    shares = ", ".join(
+        f"{n} {p}" for n, _, p, _ in phase_lines(report.basis_phases()) if not n.startswith(" ")
+    )
+    page = render_html(report, profile, options, rendering.flame_tree(phases=True))
+    verdict = html.escape(report.verdict.text)
     display(
         HTML(
             f"<p><b>flameprof</b>: {verdict}<br>phases: {html.escape(shares)}</p>"

@@ -1,9 +1,10 @@
 """Every file flameprof writes for a profile, in one registry: format name -> file suffix -> writer.
 
 ``run``, ``attach``, ``render`` and the Python API all write through it. A ``Rendering`` carries
-the profile and its options, and computes the analysis (phases, steps, breakdown) at most once for
-all the writers and the summary. Each writer imports its renderer when called: ``--format`` is
-parsed inside the profiled program, which must not see numpy imported before it runs.
+the profile and its options, and computes the analysis (phases, steps, breakdown), the report and
+the flame graphs' call tree at most once for all the writers and the summary. Each writer imports
+its renderer when called: ``--format`` is parsed inside the profiled program, which must not see
+numpy imported before it runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ..errors import FlameprofError
 
 if TYPE_CHECKING:
     from ..analyze.breakdown import Analysis
+    from ..analyze.report import Report
+    from ..analyze.tree import CallTree
     from ..model.profile import Profile
     from .options import OutputOptions
 
@@ -25,12 +28,17 @@ TOP = 10  # functions and layers the analysis ranks, for the report, the HTML pa
 
 @dataclass
 class Rendering:
-    """A profile, the options it is rendered with, and its analysis, computed on first use."""
+    """A profile, the options it is rendered with, and what every output is made from, each computed
+    on first use: the analysis, the report, the stacks as flame graphs show them and their call tree."""
 
     profile: Profile
     options: OutputOptions
+    source: str = ""  # what the report names as its input
     _analysis: Analysis | None = field(default=None, repr=False)
+    _report: Report | None = field(default=None, repr=False)
     _shown: Profile | None = field(default=None, repr=False)
+    _tree: CallTree | None = field(default=None, repr=False)
+    _tree_phases: bool = field(default=False, repr=False)  # the tree has its phase columns
 
     @property
     def analysis(self) -> Analysis:
@@ -39,6 +47,31 @@ class Rendering:
 
             self._analysis = analyze(self.profile, mode=self.options.mode, top=TOP, idle=False)
         return self._analysis
+
+    @property
+    def report(self) -> Report:
+        if self._report is None:
+            from ..analyze.report import build_report
+
+            self._report = build_report(self.profile, self.analysis, self.source)
+        return self._report
+
+    def flame_tree(self, phases: bool = False) -> CallTree:
+        """The call tree of ``shown`` that the SVG and the HTML page draw, built once: with a column per
+        phase (``phase_tree``) when ``phases``, when frames are coloured by phase, or when the HTML
+        page (which switches to phase colours) is among the outputs."""
+        o = self.options
+        phases = phases or o.color == "phase" or "html" in o.formats
+        if self._tree is None or (phases and not self._tree_phases):
+            from ..analyze.phase_tree import phase_tree
+            from ..analyze.tree import build_tree
+
+            if phases:
+                self._tree = phase_tree(self.shown, o.mode, o.view, self.analysis.rules)
+            else:
+                self._tree = build_tree(self.shown, o.mode, o.view)
+            self._tree_phases = phases
+        return self._tree
 
     @property
     def shown(self) -> Profile:
@@ -93,19 +126,10 @@ def _folded(r: Rendering) -> str:
 
 
 def _svg(r: Rendering) -> str:
-    from .svg import render_svg
+    from .svg import flame_svg
 
     o = r.options
-    return render_svg(
-        r.shown,
-        mode=o.mode,
-        view=o.view,
-        title=o.title,
-        minwidth=o.minwidth,
-        icicle=o.icicle,
-        color=o.color,
-        rules=r.analysis.rules if o.color == "phase" else (),
-    )
+    return flame_svg(r.flame_tree(), o.mode, o.view, o.title, o.minwidth, o.icicle, o.color)
 
 
 def _speedscope(r: Rendering) -> str:
@@ -144,7 +168,7 @@ def _firefox(r: Rendering) -> str:
 def _html(r: Rendering) -> str:
     from .html_report import render_html
 
-    return render_html(r.profile, r.analysis, r.options, flame=r.shown)
+    return render_html(r.report, r.profile, r.options, r.flame_tree(phases=True))
 
 
 FORMATS: dict[str, Format] = {

@@ -1,24 +1,27 @@
 """The HTML report: one self-contained file (no external resource, opens offline) with the summary, the
 phase breakdown and verdict, top layers and functions, a per-step chart and the interactive flame graph.
 
-The numbers come from ``report.report_data`` (the same as ``flameprof report``); the flame graph is
-svg.py's, inlined, with its own script.
+The numbers are the rendering's ``Report`` (the same as ``flameprof report``); the flame graph is
+svg.py's drawing of the rendering's call tree (the one the ``.svg`` file draws), inlined, with its
+own script.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..model.phase_names import LEAF_PHASES
 from .asset_files import asset
 from .html_trace import traced_window_html
-from .report import apart_line, phase_lines, report_data, steps_line
-from .svg import PHASE_COLORS, render_svg
+from .report import apart_line, phase_lines, steps_line
+from .svg import PHASE_COLORS, flame_svg
 
 if TYPE_CHECKING:
-    from ..analyze.breakdown import Analysis
+    from ..analyze.report import FunctionRow, Report, Share, Steps
+    from ..analyze.tree import CallTree
     from ..model.profile import Profile
     from .options import OutputOptions
 
@@ -30,27 +33,27 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _phase_bar(phases: dict) -> str:
+def _phase_bar(phases: dict[str, Share]) -> str:
     """One horizontal bar of the leaf phases' shares."""
     parts, x = [], 0.0
     for name in LEAF_PHASES:
         top, _, sub = name.partition(".")
-        cell = phases[top][sub] if sub else phases[name]
-        width = cell["percent"] * 10
+        cell = getattr(phases[top], sub) if sub else phases[name]
+        width = cell.percent * 10
         if width > 0:
             parts.append(
                 f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="22" fill="{PHASE_COLORS[name]}">'
-                f"<title>{_e(name)}: {cell['percent']:.1f}% ({cell['seconds']:.3f} s)</title></rect>"
+                f"<title>{_e(name)}: {cell.percent:.1f}% ({cell.seconds:.3f} s)</title></rect>"
             )
             x += width
     bars = "".join(parts)
     return f'<svg class="chart" width="1000" height="22" role="img" aria-label="phase shares">{bars}</svg>'
 
 
-def _phase_table(data: dict) -> str:
-    steady = data["steps"]["steady"]["phases"] if data["steps"]["count"] else None
+def _phase_table(r: Report) -> str:
+    steady = r.steps.steady.phases if r.steps.count else None
     rows = []
-    for name, secs, pct, st in phase_lines(data["phases"], steady, data["unit"]):
+    for name, secs, pct, st in phase_lines(r.phases, steady, r.unit):
         leaf = name.strip()
         swatch = (
             f'<span class="swatch" style="background:{PHASE_COLORS[leaf]}"></span>'
@@ -66,13 +69,13 @@ def _phase_table(data: dict) -> str:
     )
 
 
-def _step_chart(steps: dict) -> str:
+def _step_chart(steps: Steps) -> str:
     """Stacked bars of each step's time per phase; warm-up steps drawn faded."""
-    per_step = steps["per_step"][:MAX_STEPS]
+    per_step = steps.per_step[:MAX_STEPS]
     if not per_step:
         return '<p class="note">No steps were found (mark them with <code>flameprof.step()</code>).</p>'
     height, left, bottom = 180, 48, 18
-    longest = max(s["wall"] for s in per_step) or 1.0
+    longest = max(s.wall for s in per_step) or 1.0
     bar = (1000 - left) / len(per_step)
     parts = [
         f'<text x="{left - 6}" y="12" text-anchor="end">{longest * 1e3:.0f} ms</text>',
@@ -81,25 +84,25 @@ def _step_chart(steps: dict) -> str:
     ]
     for i, step in enumerate(per_step):
         x, y = left + i * bar, float(height)
-        opacity = ' opacity="0.45"' if step["warmup"] else ""
+        opacity = ' opacity="0.45"' if step.warmup else ""
         for name in LEAF_PHASES:
-            h = step["phases"][name] / longest * (height - 4)
+            h = step.phases[name] / longest * (height - 4)
             if h <= 0:
                 continue
             y -= h
             parts.append(
                 f'<rect x="{x:.2f}" y="{y:.2f}" width="{max(bar - 1, 0.5):.2f}" height="{h:.2f}" '
                 f'fill="{PHASE_COLORS[name]}"{opacity}><title>step '
-                f"{i}{' (warm-up)' if step['warmup'] else ''}: "
-                f"{_e(name)} {step['phases'][name] * 1e3:.1f} ms of {step['wall'] * 1e3:.1f} "
+                f"{i}{' (warm-up)' if step.warmup else ''}: "
+                f"{_e(name)} {step.phases[name] * 1e3:.1f} ms of {step.wall * 1e3:.1f} "
                 "ms</title></rect>"
             )
     legend = "".join(
         f'<span class="swatch" style="background:{c}"></span>{_e(n)} &nbsp; ' for n, c in PHASE_COLORS.items()
     )
     more = (
-        f'<p class="note">First {MAX_STEPS} of {len(steps["per_step"])} steps shown.</p>'
-        if len(steps["per_step"]) > MAX_STEPS
+        f'<p class="note">First {MAX_STEPS} of {len(steps.per_step)} steps shown.</p>'
+        if len(steps.per_step) > MAX_STEPS
         else ""
     )
     return (
@@ -113,13 +116,12 @@ def mode_text(mode: str) -> str:
     return {"wall": "wall time", "cpu": "CPU time", "samples": "sample counts"}.get(mode, mode)
 
 
-def _rows_table(table_id: str, rows: list[dict], title: str) -> str:
+def _rows_table(table_id: str, rows: Sequence[FunctionRow], title: str) -> str:
     if not rows:
         return f'<p class="note">No {title}.</p>'
     body = "".join(
-        f'<tr><td class="name">{_e(r["name"])}</td><td>{r["self"]:.3f} '
-        f"s</td><td>{r['self_percent']:.1f}%</td>"
-        f"<td>{r['total']:.3f} s</td><td>{r['total_percent']:.1f}%</td></tr>"
+        f'<tr><td class="name">{_e(r.name)}</td><td>{r.self:.3f} s</td><td>{r.self_percent:.1f}%</td>'
+        f"<td>{r.total:.3f} s</td><td>{r.total_percent:.1f}%</td></tr>"
         for r in rows[:TOP]
     )
     return (
@@ -128,62 +130,49 @@ def _rows_table(table_id: str, rows: list[dict], title: str) -> str:
     )
 
 
-def render_html(
-    profile: Profile,
-    analysis: Analysis,
-    options: OutputOptions,
-    source: str = "",
-    flame: Profile | None = None,
-) -> str:
-    """The report page for ``profile`` (``analysis`` from ``breakdown.analyze`` of the same profile;
-    the flame graph drawn from ``flame``, the stacks as shown, when given)."""
-    data = report_data(profile, mode=options.mode, source=source, analysis=analysis)
-    verdict = data["verdict"]
-    svg = render_svg(
-        flame if flame is not None else profile,
-        mode=options.mode,
-        view=options.view,
-        title=options.title,
-        minwidth=options.minwidth,
-        icicle=options.icicle,
-        color=options.color,
-        rules=analysis.rules,
+def render_html(r: Report, profile: Profile, options: OutputOptions, tree: CallTree) -> str:
+    """The report page of ``profile``: its report, and its flame graph drawn from ``tree``, a call tree
+    with phase columns (``Rendering.flame_tree``, the one the ``.svg`` file draws)."""
+    svg = flame_svg(
+        tree,
+        options.mode,
+        options.view,
+        options.title,
+        options.minwidth,
+        options.icicle,
+        options.color,
         phases=True,
     )
     svg = svg[svg.index("<svg") :]  # inline: no XML declaration
-    title = options.title or source or " ".join(profile.meta.get("argv") or []) or "profile"
-    advice = "".join(f"<li>{_e(a)}</li>" for a in verdict["advice"])
+    title = options.title or r.source or " ".join(profile.meta.get("argv") or []) or "profile"
+    advice = "".join(f"<li>{_e(a)}</li>" for a in r.verdict.advice)
     return "".join(
         [
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
             "<title>flameprof report: "
             f"{_e(title)}</title><style>{asset('report.css')}</style></head><body>\n",
             f"<h1>flameprof report: {_e(title)}</h1>",
-            f'<p class="meta" id="fp-summary">{data["duration"]:.2f} s, {data["samples"]} samples, '
-            f"{data['threads']} thread(s), loop thread {_e(data['loop_thread'] or '-')}, "
+            f'<p class="meta" id="fp-summary">{r.duration:.2f} s, {r.samples} samples, '
+            f"{r.threads} thread(s), loop thread {_e(r.loop_thread or '-')}, "
             f"{mode_text(options.mode)}</p>",
-            f'<p class="meta" id="fp-steps-line">Steps: {_e(steps_line(data["steps"]))}</p>\n',
-            (
-                f'<p class="meta" id="fp-apart-line">Apart: {_e(apart_line(data))}</p>\n'
-                if apart_line(data)
-                else ""
-            ),
-            f'<section class="verdict {_e(verdict["level"])}" id="fp-verdict"><p>{_e(verdict["text"])}</p>'
+            f'<p class="meta" id="fp-steps-line">Steps: {_e(steps_line(r.steps))}</p>\n',
+            (f'<p class="meta" id="fp-apart-line">Apart: {_e(apart_line(r))}</p>\n' if apart_line(r) else ""),
+            f'<section class="verdict {_e(r.verdict.level)}" id="fp-verdict"><p>{_e(r.verdict.text)}</p>'
             f"{'<ul>' + advice + '</ul>' if advice else ''}</section>\n",
             "<h2>Breakdown by phase (loop thread)</h2>",
-            _phase_bar(data["phases"]),
-            _phase_table(data),
+            _phase_bar(r.phases),
+            _phase_table(r),
             "\n",
             "<h2>Time per step</h2>",
-            _step_chart(data["steps"]),
+            _step_chart(r.steps),
             "\n",
             "<h2>Top layers</h2>",
-            _rows_table("fp-layers", data["layers"], "layer"),
+            _rows_table("fp-layers", r.layers, "layer"),
             "\n",
             "<h2>Top functions</h2>",
-            _rows_table("fp-functions", data["functions"], "function"),
+            _rows_table("fp-functions", r.functions, "function"),
             "\n",
-            traced_window_html(data, profile),
+            traced_window_html(r, profile),
             '<h2>Flame graph</h2><p class="note">Click a frame to zoom, Ctrl-F to search, Escape to '
             'reset. <label><input type="checkbox" id="fp-color-phase"'
             f"{' checked' if options.color == 'phase' else ''}> colour frames by phase</label></p>\n",

@@ -7,9 +7,10 @@ from html import escape
 
 import numpy as np
 
+from ..analyze.report import Report
 from ..model.counters import TORCH_ALLOCATED_BYTES
 from ..model.profile import Profile
-from .ops_report import device_sentences, kernel_cells
+from .ops_report import device_sentences, kernel_cells, peak_place
 
 TOP = 15
 
@@ -48,27 +49,20 @@ def memory_chart(profile: Profile, width: int = 1000, height: int = 140) -> str:
     )
 
 
-def traced_window_html(data: dict, profile: Profile) -> str:
+def traced_window_html(r: Report, profile: Profile) -> str:
     """The section, or an empty string when the profile has no traced window."""
-    ops, memory, device = data["ops"], data["memory"], data["device"]
+    ops, memory, device = r.ops, r.memory, r.device
     if not ops:
         return ""
     parts = [
         '<h2 id="fp-traced-window">Traced window</h2>',
-        f'<p class="meta">{ops["steps"]} step(s), {_ms(ops["window_seconds"])}, op time '
-        f"{_ms(ops['op_seconds'])}.</p>",
+        f'<p class="meta">{ops.steps} step(s), {_ms(ops.window_seconds)}, op time {_ms(ops.op_seconds)}.</p>',
         _table(
             "fp-ops",
             ["op", "self", "total", "calls", "input shapes"],
             [
-                [
-                    _e(r["name"]),
-                    _ms(r["self"]),
-                    _ms(r["total"]),
-                    str(r["calls"]),
-                    _e(", ".join(r["shapes"][:1])),
-                ]
-                for r in ops["top"][:TOP]
+                [_e(o.name), _ms(o.self), _ms(o.total), str(o.calls), _e(", ".join(o.shapes[:1]))]
+                for o in ops.top[:TOP]
             ],
         ),
         _table(
@@ -76,36 +70,35 @@ def traced_window_html(data: dict, profile: Profile) -> str:
             ["layer", "forward", "backward", "device", "GFLOP", "GFLOP/s", "parameters"],
             [
                 [
-                    _e(r["name"]),
-                    _ms(r["forward"]),
-                    _ms(r["backward"]),
-                    _ms(r["device"]),
-                    f"{r['flops'] / 1e9:.4f}",
-                    f"{r['gflops_per_s']:.2f}",
-                    f"{r['params']:,}",
+                    _e(c.name),
+                    _ms(c.forward),
+                    _ms(c.backward),
+                    _ms(c.device),
+                    f"{c.flops / 1e9:.4f}",
+                    f"{c.gflops_per_s:.2f}",
+                    f"{c.params:,}",
                 ]
-                for r in ops["layers"][:TOP]
+                for c in ops.layers[:TOP]
             ],
         ),
     ]
     if memory:
-        where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
         parts.append(
-            f'<p class="meta" id="fp-memory">Memory ({_e(memory["device"])}): peak '
-            f"{memory['peak'] / 1e6:.2f} MB at {_e(where)}.</p>"
+            f'<p class="meta" id="fp-memory">Memory ({_e(memory.device)}): peak '
+            f"{memory.peak / 1e6:.2f} MB at {_e(peak_place(r))}.</p>"
         )
         parts.append(memory_chart(profile))
     if device:
         items = "".join(f"<li>{_e(line)}</li>" for line in device_sentences(device))
         parts.append(
-            f'<div class="meta" id="fp-device"><p>Device busy {device["busy_percent"]:.1f}% of the traced '
+            f'<div class="meta" id="fp-device"><p>Device busy {device.busy_percent:.1f}% of the traced '
             f"steps.</p><ul>{items}</ul></div>"
         )
         parts.append(
             _table(
                 "fp-kernels",
                 ["kernel", "type", "total", "count", "mean", "min", "max", "stddev"],
-                [[_e(k["name"][:100]), k["type"], *kernel_cells(k)] for k in device["kernels"][:TOP]],
+                [[_e(k.name[:100]), k.type, *kernel_cells(k)] for k in device.kernels[:TOP]],
             )
         )
     return "\n".join(parts) + "\n"

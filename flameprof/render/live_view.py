@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analyze.report import Report, report_of
 from ..model.profile import Profile
-from .report import report_data, startup_line
+from .report import startup_line
 
 PHASE_SHORT = {
     "data": "data",
@@ -34,44 +35,39 @@ def recent(profile: Profile, steps: int) -> tuple[Profile, int]:
     return profile, len(ends)
 
 
-def _phases(data: dict) -> str:
-    steady = data["steps"]["steady"]
-    source = steady["phases"] if steady["count"] else data["phases"]
-    cells = []
-    for name, short in PHASE_SHORT.items():
-        cells.append(f"{short} {source[name]['percent']:.1f}%")
-    return "  ".join(cells)
+def _phases(r: Report) -> str:
+    source = r.basis_phases()
+    return "  ".join(f"{short} {source[name].percent:.1f}%" for name, short in PHASE_SHORT.items())
 
 
-def _step_text(data: dict) -> str:
-    steady = data["steps"]["steady"]
-    if not steady["count"]:
+def _step_text(r: Report) -> str:
+    steady = r.steps.steady
+    if steady.p50 is None or steady.p90 is None or steady.max is None:
         return "no steps yet"
-    p50, p90, most = (steady[k] * 1e3 for k in ("p50", "p90", "max"))
-    return f"p50 {p50:.1f} ms, p90 {p90:.1f} ms, max {most:.1f} ms"
+    return f"p50 {steady.p50 * 1e3:.1f} ms, p90 {steady.p90 * 1e3:.1f} ms, max {steady.max * 1e3:.1f} ms"
 
 
 def live_lines(profile: Profile, steps: int, seconds: float, top: int = 8) -> list[str]:
     """The screen: header, steps, phases, verdict, top layers and functions, processes."""
     total_steps = sum(1 for m in profile.marks if m.name == "step")
     window, _ = recent(profile, steps)
-    data = report_data(window)
+    r = report_of(window)
     shown = min(steps, total_steps)
     out = [
-        f"{total_steps} steps in {seconds:.0f} s; last {shown}: {_step_text(data)}",
-        f"phases (last {shown} steps): {_phases(data)}",
-        f"verdict: {data['verdict']['text']}",
+        f"{total_steps} steps in {seconds:.0f} s; last {shown}: {_step_text(r)}",
+        f"phases (last {shown} steps): {_phases(r)}",
+        f"verdict: {r.verdict.text}",
     ]
-    if startup_line(data) and not total_steps:
-        out.append(f"startup: {startup_line(data)}")
-    if data["layers"]:
+    if startup_line(r) and not total_steps:
+        out.append(f"startup: {startup_line(r)}")
+    if r.layers:
         out += ["", "top layers (self, last steps):"]
-        out += [f"  {r['self_percent']:5.1f}%  {r['name']}" for r in data["layers"][:top]]
-    if data["functions"]:
+        out += [f"  {row.self_percent:5.1f}%  {row.name}" for row in r.layers[:top]]
+    if r.functions:
         out += ["", "top functions (self, all threads):"]
-        out += [f"  {r['self_percent']:5.1f}%  {r['name']}" for r in data["functions"][:top]]
-    if data["processes"]:
-        out += ["", "processes:"] + [f"  {line}" for line in data["processes"]["lines"]]
+        out += [f"  {row.self_percent:5.1f}%  {row.name}" for row in r.functions[:top]]
+    if r.processes:
+        out += ["", "processes:"] + [f"  {line}" for line in r.processes.lines]
     return out
 
 
@@ -79,9 +75,9 @@ def live_line(profile: Profile, steps: int, seconds: float) -> str:
     """One line for a log (stdout not a terminal): steps, step time, phases, the top layer."""
     total_steps = sum(1 for m in profile.marks if m.name == "step")
     window, _ = recent(profile, steps)
-    data = report_data(window)
-    layer = f" | top layer {data['layers'][0]['name']}" if data["layers"] else ""
-    return f"{seconds:6.1f} s | {total_steps} steps, {_step_text(data)} | {_phases(data)}{layer}"
+    r = report_of(window)
+    layer = f" | top layer {r.layers[0].name}" if r.layers else ""
+    return f"{seconds:6.1f} s | {total_steps} steps, {_step_text(r)} | {_phases(r)}{layer}"
 
 
 def clip(lines: list[str], width: int, height: int) -> list[str]:

@@ -1,48 +1,15 @@
-"""The report's traced-window sections (``ops``, ``memory``, ``device``) as JSON-ready data, text and
-Markdown; the layer rows gain each layer's parameters, FLOPs and backward time."""
+"""The report's traced-window sections (``ops``, ``memory``, ``device``) as text and Markdown."""
 
 from __future__ import annotations
 
-from ..analyze.ops import ops_report
-from ..model.profile import Profile
+from typing import TYPE_CHECKING
+
 from . import markdown
 
-LAYER_KEYS = (
-    "params",
-    "param_bytes",
-    "flops",
-    "forward_flops",
-    "forward",
-    "backward",
-    "device",
-    "gflops_per_s",
-)
-
-
-def _round(value: object) -> object:
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, dict):
-        return {k: _round(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_round(v) for v in value]
-    return value
-
-
-def ops_sections(profile: Profile) -> dict:
-    """``{"ops": ..., "memory": ..., "device": ...}``, each ``{}`` when the profile has no trace."""
-    rounded = _round(ops_report(profile))
-    assert isinstance(rounded, dict)  # _round gives a dict for a dict
-    return rounded
-
-
-def add_layer_costs(layers: list[dict], ops: dict) -> None:
-    """Give each sampled layer row the traced window's costs (``None`` when the window did not see it)."""
-    traced = {row["name"]: row for row in ops.get("layers", [])}
-    for row in layers:
-        found = traced.get(row["name"])
-        for key in LAYER_KEYS:
-            row[key] = found[key] if found else None
+if TYPE_CHECKING:
+    from ..analyze.device_breakdown import KernelStats
+    from ..analyze.ops import DeviceSection, LayerCost
+    from ..analyze.report import Report
 
 
 def _ms(seconds: float) -> str:
@@ -63,149 +30,152 @@ def _flops(n: float) -> str:
 _LAYER_WIDTHS = (24, 12, 12, 9, 10)  # the text table's columns: forward, backward, FLOPs, GFLOP/s, params
 
 
-def _layer_cells(row: dict) -> tuple[str, ...]:
+def _layer_cells(row: LayerCost) -> tuple[str, ...]:
     """A layer's cells in both tables: forward, backward, FLOPs, GFLOP/s, params."""
     return (
-        _ms(row["forward"]),
-        _ms(row["backward"]),
-        _flops(row["flops"]),
-        f"{row['gflops_per_s']:.2f}",
-        str(row["params"]),
+        _ms(row.forward),
+        _ms(row.backward),
+        _flops(row.flops),
+        f"{row.gflops_per_s:.2f}",
+        str(row.params),
     )
 
 
-def format_ops_text(data: dict, top: int) -> list[str]:
-    ops, memory, device = data["ops"], data["memory"], data["device"]
+def peak_place(r: Report) -> str:
+    """Where the traced window's memory peaked: ``layer / op``, or ``-``."""
+    m = r.memory
+    if m is None:
+        return "-"
+    return " / ".join(x for x in (m.peak_layer, m.peak_op) if x) or "-"
+
+
+def format_ops_text(r: Report, top: int) -> list[str]:
+    ops, memory, device = r.ops, r.memory, r.device
     if not ops:
         return []
     out = [
         "",
-        f"traced window: {ops['steps']} step(s), {_ms(ops['window_seconds'])}, "
-        f"op time {_ms(ops['op_seconds'])}",
+        f"traced window: {ops.steps} step(s), {_ms(ops.window_seconds)}, op time {_ms(ops.op_seconds)}",
         "top ops by self time:",
     ]
-    for row in ops["top"][:top]:
-        shapes = f"  {row['shapes'][0]}" if row["shapes"] else ""
+    for row in ops.top[:top]:
+        shapes = f"  {row.shapes[0]}" if row.shapes else ""
         out.append(
-            f"  {_ms(row['self']):>12} self {_ms(row['total']):>12} total {row['calls']:>6}x  "
-            f"{row['name']}{shapes}"
+            f"  {_ms(row.self):>12} self {_ms(row.total):>12} total {row.calls:>6}x  {row.name}{shapes}"
         )
-    if ops["layers"]:
+    if ops.layers:
         out += ["", "layers in the window:        forward     backward        FLOPs   GFLOP/s     params"]
-        for row in ops["layers"][:top]:
-            cells = " ".join(f"{cell:>{width}}" for cell, width in zip(_layer_cells(row), _LAYER_WIDTHS))
-            out.append(f"  {cells}  {row['name']}")
+        for layer in ops.layers[:top]:
+            cells = " ".join(f"{cell:>{width}}" for cell, width in zip(_layer_cells(layer), _LAYER_WIDTHS))
+            out.append(f"  {cells}  {layer.name}")
     if memory:
-        where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
-        out += ["", f"memory ({memory['device']}): peak {_bytes(memory['peak'])} at {where}"]
-        for row in memory["layers"][:top]:
-            out.append(
-                f"  allocated {_bytes(row['allocated']):>10}  held {_bytes(row['held']):>10}  {row['name']}"
-            )
+        out += ["", f"memory ({memory.device}): peak {_bytes(memory.peak)} at {peak_place(r)}"]
+        for m in memory.layers[:top]:
+            out.append(f"  allocated {_bytes(m.allocated):>10}  held {_bytes(m.held):>10}  {m.name}")
     if device:
-        out += ["", f"device: busy {device['busy_percent']:.1f}% of the traced steps"]
+        out += ["", f"device: busy {device.busy_percent:.1f}% of the traced steps"]
         out += [f"  {line}" for line in device_sentences(device)]
-        if device["kernels"]:
+        if device.kernels:
             out.append(
                 "  kernels by time:       total   count        mean         min         max      stddev"
             )
-            for k in device["kernels"][:top]:
+            for k in device.kernels[:top]:
                 cells = " ".join(f"{cell:>11}" for cell in kernel_cells(k))
-                out.append(f"  {cells}  {k['name'][:100]}")
-        for name, seconds in list(device["kernel_by_layer"].items())[:top]:
+                out.append(f"  {cells}  {k.name[:100]}")
+        for name, seconds in list(device.kernel_by_layer.items())[:top]:
             out.append(f"  kernels {_ms(seconds):>12}  {name}")
-        for kind, copy in device["copies"].items():
-            out.append(f"  {kind}: {copy['count']}x {_bytes(copy['bytes'])} in {_ms(copy['seconds'])}")
-        sync = device["sync"]
-        if sync["count"]:
-            out.append(f"  host blocked in syncs {_ms(sync['seconds'])} ({sync['count']}x):")
-            out += [f"    {_ms(s['seconds']):>12} {s['count']:>5}x  {s['site']}" for s in sync["sites"][:top]]
+        for kind, copy in device.copies.items():
+            out.append(f"  {kind}: {copy.count}x {_bytes(copy.bytes)} in {_ms(copy.seconds)}")
+        sync = device.sync
+        if sync.count:
+            out.append(f"  host blocked in syncs {_ms(sync.seconds)} ({sync.count}x):")
+            out += [f"    {_ms(s.seconds):>12} {s.count:>5}x  {s.site}" for s in sync.sites[:top]]
     return out
 
 
-def format_ops_markdown(data: dict, top: int) -> list[str]:
-    ops, memory, device = data["ops"], data["memory"], data["device"]
+def format_ops_markdown(r: Report, top: int) -> list[str]:
+    ops, memory, device = r.ops, r.memory, r.device
     if not ops:
         return []
     out = [
         "",
         "## Traced window",
         "",
-        f"{ops['steps']} step(s), {_ms(ops['window_seconds'])}, op time {_ms(ops['op_seconds'])}.",
+        f"{ops.steps} step(s), {_ms(ops.window_seconds)}, op time {_ms(ops.op_seconds)}.",
         "",
         "| op | self | total | calls | shapes |",
         "| --- | ---: | ---: | ---: | --- |",
     ]
-    for row in ops["top"][:top]:
-        shapes = markdown.code(row["shapes"][0]) if row["shapes"] else ""
+    for row in ops.top[:top]:
+        shapes = markdown.code(row.shapes[0]) if row.shapes else ""
         out.append(
-            f"| {markdown.code(row['name'])} | {_ms(row['self'])} | {_ms(row['total'])} | "
-            f"{row['calls']} | {shapes} |"
+            f"| {markdown.code(row.name)} | {_ms(row.self)} | {_ms(row.total)} | {row.calls} | {shapes} |"
         )
-    if ops["layers"]:
+    if ops.layers:
         out += [
             "",
             "| layer | forward | backward | FLOPs | GFLOP/s | params |",
             "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
-        for row in ops["layers"][:top]:
-            out.append(f"| {markdown.code(row['name'])} | {' | '.join(_layer_cells(row))} |")
+        for layer in ops.layers[:top]:
+            out.append(f"| {markdown.code(layer.name)} | {' | '.join(_layer_cells(layer))} |")
     if memory:
-        where = " / ".join(x for x in (memory["peak_layer"], memory["peak_op"]) if x) or "-"
-        out += ["", f"Memory ({memory['device']}): peak {_bytes(memory['peak'])} at {markdown.code(where)}."]
+        out += [
+            "",
+            f"Memory ({memory.device}): peak {_bytes(memory.peak)} at {markdown.code(peak_place(r))}.",
+        ]
     if device:
-        out += ["", f"Device busy {device['busy_percent']:.1f}% of the traced steps.", ""]
+        out += ["", f"Device busy {device.busy_percent:.1f}% of the traced steps.", ""]
         out += [f"- {line}" for line in device_sentences(device)]
-        if device["kernels"]:
+        if device.kernels:
             out += [
                 "",
                 "| kernel | type | total | count | mean | min | max | stddev |",
                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
             ]
-            for k in device["kernels"][:top]:
+            for k in device.kernels[:top]:
                 cells = " | ".join(kernel_cells(k))
-                out.append(f"| {markdown.code(k['name'][:100])} | {k['type']} | {cells} |")
+                out.append(f"| {markdown.code(k.name[:100])} | {k.type} | {cells} |")
     return out
 
 
-def kernel_cells(k: dict) -> tuple[str, ...]:
+def kernel_cells(k: KernelStats) -> tuple[str, ...]:
     """A kernel's cells in both tables: total, count, mean, min, max, standard deviation."""
-    return (_ms(k["seconds"]), str(k["count"]), _ms(k["mean"]), _ms(k["min"]), _ms(k["max"]), _ms(k["std"]))
+    return (_ms(k.seconds), str(k.count), _ms(k.mean), _ms(k.min), _ms(k.max), _ms(k.std))
 
 
-def device_sentences(device: dict) -> list[str]:
+def device_sentences(device: DeviceSection) -> list[str]:
     """The device section in sentences (text, Markdown and HTML): the idle time's causes, then per
     device its temporal and kernel-type breakdowns, communication's overlap, and each stream's idle."""
     out = []
-    idle = device["idle"]
+    idle = device.idle
     if idle:
         out.append(
-            f"idle {idle['percent']:.1f}% of the step time: while communication runs "
-            f"{idle['comm_percent']:.1f}%, the host waits for data {idle['data_percent']:.1f}%, blocks in "
-            f"syncs {idle['sync_percent']:.1f}%, is busy {idle['host_percent']:.1f}%: {idle['verdict']}"
+            f"idle {idle.percent:.1f}% of the step time: while communication runs "
+            f"{idle.comm_percent:.1f}%, the host waits for data {idle.data_percent:.1f}%, blocks in "
+            f"syncs {idle.sync_percent:.1f}%, is busy {idle.host_percent:.1f}%: {idle.verdict}"
         )
-    out.append(f"{device['device_events']} device events, {_ms(device['device_seconds'])} in all")
-    for d in device["devices"]:
-        span = d["span"] or 1.0
-        types = sum(d["by_type"].values()) or 1.0
+    out.append(f"{device.device_events} device events, {_ms(device.device_seconds)} in all")
+    for d in device.devices:
+        span = d.span or 1.0
+        types = sum(d.by_type.values()) or 1.0
         out.append(
-            f"device {d['device']} (pid {d['pid']}), {_ms(d['span'])} from its first event to its last: "
-            f"idle {100 * d['idle'] / span:.1f}%, computation {100 * d['computation'] / span:.1f}%, "
-            f"other work {100 * d['non_computation'] / span:.1f}%; by kernel type "
-            + ", ".join(f"{name} {100 * seconds / types:.1f}%" for name, seconds in d["by_type"].items())
+            f"device {d.device} (pid {d.pid}), {_ms(d.span)} from its first event to its last: "
+            f"idle {100 * d.idle / span:.1f}%, computation {100 * d.computation / span:.1f}%, "
+            f"other work {100 * d.non_computation / span:.1f}%; by kernel type "
+            + ", ".join(f"{name} {100 * seconds / types:.1f}%" for name, seconds in d.by_type.items())
         )
-        if d["overlap_percent"] is not None:
+        if d.overlap_percent is not None:
             out.append(
-                f"communication {_ms(d['communication'])} (most of it {d['collective']}), "
-                f"{d['overlap_percent']:.1f}% of it overlapping computation"
+                f"communication {_ms(d.communication)} (most of it {d.collective}), "
+                f"{d.overlap_percent:.1f}% of it overlapping computation"
             )
-        for st in d["streams"]:
-            line = f"stream {st['stream']}: busy {_ms(st['busy'])} in {st['events']} events"
-            gaps = st["host_wait"] + st["kernel_wait"] + st["other"]
-            if gaps > 0:
-                line += f", idle {_ms(gaps)} between them: " + ", ".join(
-                    f"{cause.replace('_', ' ')} {100 * st[cause] / gaps:.1f}%"
-                    for cause in ("host_wait", "kernel_wait", "other")
+        for st in d.streams:
+            line = f"stream {st.stream}: busy {_ms(st.busy)} in {st.events} events"
+            if st.idle > 0:
+                causes = {"host wait": st.host_wait, "kernel wait": st.kernel_wait, "other": st.other}
+                line += f", idle {_ms(st.idle)} between them: " + ", ".join(
+                    f"{cause} {100 * seconds / st.idle:.1f}%" for cause, seconds in causes.items()
                 )
             out.append(line)
     return out

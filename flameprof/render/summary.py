@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import apart_line, folded_line, idle_note, phase_lines, report_data, startup_line, steps_line
+from .report import apart_line, idle_note, phase_lines, startup_line, steps_line
 
 TOP = 8
 
@@ -32,39 +32,37 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             "  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "
             "Python work between blocking calls (queues, I/O, syncs) is under-counted"
         )
-    analysis = rendering.analysis
-    data = report_data(profile, mode=mode, analysis=analysis)
-    if data["functions"]:
-        note = f" ({idle_note(data)})" if idle_note(data) else ""
+    r = rendering.report
+    if r.functions:
+        note = f" ({idle_note(r)})" if idle_note(r) else ""
         lines.append(f"  top functions by self {mode} time{note}:")
-        for row in data["functions"][:TOP]:
-            lines.append(f"    {row['self_percent']:5.1f}%  {row['self']:8.3f} s  {row['name'][:100]}")
-    if analysis.is_deep_learning:
-        steady = data["steps"]["steady"]
-        phases, basis = (
-            (steady["phases"], "steady-state steps") if steady["count"] else (data["phases"], "whole run")
-        )
+        for row in r.functions[:TOP]:
+            lines.append(f"    {row.self_percent:5.1f}%  {row.self:8.3f} s  {row.name[:100]}")
+    if r.deep_learning:
+        basis = "steady-state steps" if r.steps.steady.count else "whole run"
         lines.append(
-            f"  phases of {data['loop_thread']} ({basis}, wall): "
+            f"  phases of {r.loop_thread} ({basis}, wall): "
             + ", ".join(
-                f"{name} {pct}" for name, _, pct, _ in phase_lines(phases) if not name.startswith(" ")
+                f"{name} {pct}"
+                for name, _, pct, _ in phase_lines(r.basis_phases())
+                if not name.startswith(" ")
             )
         )
-        lines.append(f"  steps: {steps_line(data['steps'])}")
-        if apart_line(data):
-            lines.append(f"  apart: {apart_line(data)}")
-        if startup_line(data):
-            lines.append(f"  startup: {startup_line(data)}")
-    if folded_line(profile.meta):
-        lines.append(f"  memory: {folded_line(profile.meta)}")
-    if analysis.is_deep_learning:
-        lines.append(f"  verdict: {data['verdict']['text']}")
-        lines += [f"    - {advice}" for advice in data["verdict"]["advice"]]
-    if data["processes"]:
-        lines += [f"  {line}" for line in data["processes"]["lines"]]
+        lines.append(f"  steps: {steps_line(r.steps)}")
+        if apart_line(r):
+            lines.append(f"  apart: {apart_line(r)}")
+        if startup_line(r):
+            lines.append(f"  startup: {startup_line(r)}")
+    if r.folded:
+        lines.append(f"  memory: {r.folded}")
+    if r.deep_learning:
+        lines.append(f"  verdict: {r.verdict.text}")
+        lines += [f"    - {advice}" for advice in r.verdict.advice]
+    if r.processes:
+        lines += [f"  {line}" for line in r.processes.lines]
     for path in paths:
         lines.append(f"  wrote {path}")
-    if analysis.is_deep_learning and any(p.endswith(".flameprof") for p in paths):
+    if r.deep_learning and any(p.endswith(".flameprof") for p in paths):
         profile_path = next(p for p in paths if p.endswith(".flameprof"))
         lines.append(f"  details: flameprof report {profile_path}")
     return "\n".join(lines) + "\n"

@@ -125,10 +125,27 @@ def render_svg(
     """The flame graph of ``profile`` weighted by ``mode`` (wall, cpu or samples) in ``view``, its frames
     coloured by kind of code or (``color`` ``phase``) by the phase of their samples (``rules``: as
     ``phase_tree``). ``phases``: the phase colours are in the file for a page to switch to."""
+    by_phase = color == "phase"
+    tree = phase_tree(profile, mode, view, rules) if by_phase or phases else build_tree(profile, mode, view)
+    return flame_svg(tree, mode, view, title, minwidth, icicle, color, phases)
+
+
+def flame_svg(
+    tree: CallTree,
+    mode: str = "wall",
+    view: str = "code",
+    title: str | None = None,
+    minwidth: float = 0.1,
+    icicle: bool = False,
+    color: str = "kind",
+    phases: bool = False,
+) -> str:
+    """The flame graph of a call tree built for ``mode`` and ``view`` (``render_svg``'s drawing, for a
+    caller that keeps the tree). The phase colours are in the file when frames are coloured by phase
+    or ``phases`` asks for them (and the tree has phase columns: ``phase_tree``)."""
     if color not in COLORS:
         raise ValueError(f"unknown colouring {color!r} (expected one of {', '.join(COLORS)})")
     by_phase = color == "phase"
-    tree = phase_tree(profile, mode, view, rules) if by_phase or phases else build_tree(profile, mode, view)
     if title is None:
         title = "Icicle graph" if icicle else "Flame graph"
     return tree_svg(
@@ -138,6 +155,7 @@ def render_svg(
         minwidth=minwidth,
         icicle=icicle,
         by_phase=by_phase,
+        phases=by_phase or phases,
     )
 
 
@@ -150,11 +168,13 @@ def tree_svg(
     icicle: bool = False,
     paint: Callable[[CallTree], Paint] | None = None,
     by_phase: bool = False,
+    phases: bool = True,
 ) -> str:
     """Draw ``tree``; frames narrower than ``minwidth`` pixels (and so all they called) are left out.
     ``paint`` is called with the tree as drawn (after that pruning) and decides colours and notes.
     A tree with phase columns (``phase_tree``) gives every frame its heaviest phase, shown instead of
-    the kind of code when ``by_phase`` or once a page adds the class ``byphase`` to ``#f``."""
+    the kind of code when ``by_phase`` or once a page adds the class ``byphase`` to ``#f``; with
+    ``phases`` False the drawing leaves its phase columns out."""
     total = float(tree.total[0])
     inner = WIDTH - 2 * XPAD
     if total > 0:
@@ -188,7 +208,7 @@ def tree_svg(
     counted = tree.unit == "count"
     counts = [_number(v) for v in (tree.total if counted else tree.samples)[shown].tolist()]
     xs, ws, ys = left[shown].tolist(), width[shown].tolist(), y.tolist()
-    phase_names, heaviest = dominant_phases(tree)
+    phase_names, heaviest = dominant_phases(tree) if phases else ([], tree.depth)
     if phase_names:
         ids = [PHASE_IDS[phase_names[k]] for k in heaviest.tolist()]
         phase_attr = [f' p="{ids[i]}"' for i in shown.tolist()]
