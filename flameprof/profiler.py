@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .collect.engine.memory_budget import DEFAULT_BUDGET
+from .collect.engine.memory_limit import DEFAULT_MEMORY_LIMIT
 from .collect.engine.session import SESSION, run_metadata
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class Profiler:
         mode: str = "wall",
         backward_layers: bool = False,
         trace_steps: tuple[int, int] | None = None,
-        max_memory: int = DEFAULT_BUDGET,
+        max_memory: int = DEFAULT_MEMORY_LIMIT,
         **render_options: Any,
     ) -> None:
         if not 0 < rate <= 10_000:
@@ -63,7 +63,7 @@ class Profiler:
         assert SESSION.builder is not None
         with SESSION.builder.lock:
             self._first = SESSION.builder.num_samples
-            self._epoch = SESSION.builder.folded.cut(self._first) if self._first else 0
+            self._epoch = SESSION.builder.windowed.cut(self._first) if self._first else 0
         self._t_start = SESSION.now()
         return self
 

@@ -4,7 +4,7 @@
     python scripts/bench_memory.py threads --seconds 600  # 64 busy threads at 1 kHz, next to py-spy
 
 ``simulate`` samples 16 threads with the native sampler as fast as it can, one tick per simulated
-10 ms, with a step mark every 10 ticks and the memory budget checked every 100 ticks (once a
+10 ms, with a step mark every 10 ticks and the memory limit checked every 100 ticks (once a
 simulated second, as its tick hook does); then prints the RSS growth, the profile file's size and
 how long ``flameprof report`` takes on it. Each thread moves through 40 functions of its own, a
 couple of milliseconds in each, so the folded rows meet many stacks. The sample clock runs at the
@@ -57,7 +57,7 @@ def _varied_threads(count: int, kinds: int, stop: threading.Event) -> list[threa
 
 def simulate(hours: float, threads: int = 16, budget: int = 64 * 2**20) -> list[str]:
     from flameprof.collect.engine.c_sampler import CSampler
-    from flameprof.collect.engine.memory_budget import MemoryBudget
+    from flameprof.collect.engine.memory_limit import MemoryLimit
     from flameprof.model import storage
     from flameprof.model.builder import ProfileBuilder
     from flameprof.model.records import Mark
@@ -67,7 +67,7 @@ def simulate(hours: float, threads: int = 16, budget: int = 64 * 2**20) -> list[
     me = threading.get_ident()
     builder = ProfileBuilder()
     sampler = CSampler(builder)
-    memory = MemoryBudget(builder, budget)
+    memory = MemoryLimit(builder, budget)
     main = builder.thread_id(os.getpid(), me, "MainThread")
     sampler.sample(exclude=me)
     ticks = int(hours * 3600 * 100)
@@ -100,7 +100,7 @@ def simulate(hours: float, threads: int = 16, budget: int = 64 * 2**20) -> list[
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "flameprof", "report", path], check=True, capture_output=True)
         report = time.perf_counter() - t0
-    f = builder.folded
+    f = builder.windowed
     return [
         f"simulated {hours:g} h at 100 Hz x {threads} threads: {samples:,} samples in {elapsed:.0f} s, "
         f"budget {budget / 2**20:.0f} MB",
@@ -108,7 +108,7 @@ def simulate(hours: float, threads: int = 16, budget: int = 64 * 2**20) -> list[
         f"{'ok' if growth < budget else 'MISSED'}",
         f"  folded {f.samples:,} samples into {len(f):,} rows ({memory.folds} folds, window {f.window:g} s "
         f"of sample clock); raw rows left {len(sampler):,}; marks raw {len(builder.marks):,}, "
-        f"folded rows {len(builder.folded_marks):,}",
+        f"folded rows {len(builder.windowed_marks):,}",
         f"  profile file {size / 2**20:.1f} MB (built and written in {written:.1f} s)   target < 50 MB: "
         f"{'ok' if size < 50 * 2**20 else 'MISSED'}",
         f"  flameprof report {report:.1f} s   target < 5 s: {'ok' if report < 5 else 'MISSED'}",

@@ -177,15 +177,15 @@ def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path)
 
 
 def test_a_part_of_folded_samples_is_the_profile_the_builder_builds(tmp_path):
-    """Past its memory budget a process's part holds the folded rows and the raw ones, as a profile
+    """Past its memory limit a process's part holds the folded rows and the raw ones, as a profile
     built in the process would, read from the C buffers in chunks."""
-    from flameprof.collect.engine.memory_budget import MemoryBudget
+    from flameprof.collect.engine.memory_limit import MemoryLimit
     from flameprof.collect.jobs import parts
 
     b, sampler = spin_under_native_sampler(2000, 0.3)
-    MemoryBudget(b, 2**20).fold(len(sampler) * 12)  # about half the rows
+    MemoryLimit(b, 2**20).fold(len(sampler) * 12)  # about half the rows
     b.marks.append(Mark(0.01, 0, "step"))
-    assert b.folded.samples and len(sampler)
+    assert b.windowed.samples and len(sampler)
     chunk, parts.CHUNK_TICKS = parts.CHUNK_TICKS, 7  # many chunks
     try:
         writer = PartWriter(str(tmp_path), b, "h", 1)
@@ -193,7 +193,7 @@ def test_a_part_of_folded_samples_is_the_profile_the_builder_builds(tmp_path):
     finally:
         parts.CHUNK_TICKS = chunk
     part, built = storage.load(writer.path), b.build()
-    assert part.meta["folded"]["samples"] == b.folded.samples
+    assert part.meta["folded"]["samples"] == b.windowed.samples
     assert part.num_samples == built.num_samples < b.num_samples
     assert np.allclose(part.sample_time, built.sample_time, atol=1e-6)
     assert np.allclose(part.sample_wall, built.sample_wall, atol=1e-6)

@@ -714,7 +714,7 @@ def test_profiler_meta_reports_native_sampler_and_achieved_rate():
 
 
 def test_taking_the_oldest_ticks_leaves_the_rest_as_they_were():
-    """The memory budget takes ticks off the front of the C buffers: what is taken and what is left
+    """The memory limit takes ticks off the front of the C buffers: what is taken and what is left
     together are the rows there were, and sample indexes keep counting from the first."""
     import numpy as np
 

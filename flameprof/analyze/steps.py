@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..model.folded import folded_marks
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
+from ..model.time_windows import windowed_marks
 from .phases import CHECKPOINT, DATA_IDS, EVAL
 
 STEP_MARKS = ("step", "backward", "forward", "batch")
@@ -47,7 +47,7 @@ class StepTable:
     bounds: np.ndarray
     phase_seconds: np.ndarray
     warmup: int  # the first ``warmup`` steps are warm-up
-    # steps before ``bounds`` whose marks were folded to bound memory (model/folded.py), and when
+    # steps before ``bounds`` whose marks were folded to bound memory (model/time_windows.py), and when
     # the first of them began: they count, but have no table row
     folded: int = 0
     folded_start: float = 0.0
@@ -112,7 +112,7 @@ def find_steps(profile: Profile, phases: np.ndarray, thread: int) -> StepTable:
     source, bounds, folded = "none", np.zeros(0), []
     for name in STEP_MARKS:
         marks, value = _boundary_marks(profile, name, thread, sel)
-        folded = [f for f in folded_marks(profile.marks, name, thread) if f.value == value]
+        folded = [f for f in windowed_marks(profile.marks, name, thread) if f.value == value]
         if len(marks) >= 2:
             source, bounds = f"marks:{name}", marks
             break

@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
-from ..collect.engine.memory_budget import DEFAULT_BUDGET
+from ..collect.engine.memory_limit import DEFAULT_MEMORY_LIMIT
 from ..collect.jobs import script
 from ..errors import FlameprofError
 from .options import (
@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-memory",
         type=memory_size,
-        default=DEFAULT_BUDGET,
+        default=DEFAULT_MEMORY_LIMIT,
         metavar="SIZE",
         help="memory each process's profile may hold (default: 64M); past it, older samples are "
         "folded into time windows: totals, phases and layers stay exact (docs/run.md)",

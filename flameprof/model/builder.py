@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .folded import FoldedMarks, FoldedSamples
 from .records import Frame, Mark, ProcessInfo, ThreadInfo
+from .time_windows import WindowedMarks, WindowedSamples
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 class SampleStore(Protocol):
     """Sample rows kept outside the builder's lists (the C sampler's buffers: collect/engine/
-    c_sampler.py), counted in ticks; what the builder, the part writer and the memory budget use."""
+    c_sampler.py), counted in ticks; what the builder, the part writer and the memory limit use."""
 
     @property
     def completed_ticks(self) -> int: ...
@@ -60,10 +60,10 @@ class ProfileBuilder:
         self.counters: dict[str, tuple[list[float], list[float]]] = {}
         self.meta: dict[str, Any] = dict(meta or {})
         # Samples and marks taken off the front of the raw rows and ``marks`` to bound memory (see
-        # model/folded.py), and how many rows were taken off: sample indexes count from the first
+        # model/time_windows.py), and how many rows were taken off: sample indexes count from the first
         # sample ever recorded, so a window ``first:last`` stays the same rows.
-        self.folded = FoldedSamples()
-        self.folded_marks = FoldedMarks()
+        self.windowed = WindowedSamples()
+        self.windowed_marks = WindowedMarks()
         self.rows_taken_off = 0
         # held while rows are taken off or read, by whichever thread does it
         self.lock = threading.RLock()
@@ -137,7 +137,7 @@ class ProfileBuilder:
 
     def fold_meta(self) -> dict[str, Any]:
         """What a profile's ``meta["folded"]`` says of its folded samples; empty when none are."""
-        f = self.folded
+        f = self.windowed
         return {"folded": {"samples": f.samples, "until": f.until, "window": f.window}} if f.samples else {}
 
     def forget_samples(self) -> None:
@@ -147,8 +147,8 @@ class ProfileBuilder:
             for store in self.sample_stores:
                 self.rows_taken_off += store.discard_all()
             self.take_list_rows(len(self.cpu))
-            self.folded = FoldedSamples()
-            self.folded_marks = FoldedMarks()
+            self.windowed = WindowedSamples()
+            self.windowed_marks = WindowedMarks()
             self.marks.clear()
 
     def collect_marks(self) -> None:
@@ -168,7 +168,7 @@ class ProfileBuilder:
             dtypes = (np.float64, np.int32, np.int32, np.float64, np.float64)
             n_list = len(self.cpu)  # the list columns are appended time first, cpu last
             with_folded = first < self.rows_taken_off
-            parts: list[tuple[Collection[float], ...]] = [self.folded.rows(epoch)] if with_folded else []
+            parts: list[tuple[Collection[float], ...]] = [self.windowed.rows(epoch)] if with_folded else []
             parts += [store.columns() for store in self.sample_stores]
             parts.append(
                 (
@@ -179,7 +179,7 @@ class ProfileBuilder:
                     self.cpu[:n_list],
                 )
             )
-            marks = self.folded_marks.marks() + self.marks
+            marks = self.windowed_marks.marks() + self.marks
             raw_first = max(first - self.rows_taken_off, 0)
             raw_last = None if last is None else max(last - self.rows_taken_off, 0)
         columns = [np.concatenate([np.asarray(p[i], dtype=d) for p in parts]) for i, d in enumerate(dtypes)]

@@ -4,7 +4,7 @@
 and compact sample rows in C; it calls back here only for what it sees for the first time (a new
 code object, stack, thread, layer-hook result or truncation marker), and those callbacks intern
 into the same ``ProfileBuilder`` the Python sampler uses. The rows stay in C (10 bytes a sample)
-until a profile is built or the memory budget folds the oldest (``take_ticks``): the sampler is one
+until a profile is built or the memory limit folds the oldest (``take_ticks``): the sampler is one
 of the builder's ``sample_stores``.
 """
 

@@ -20,7 +20,7 @@ from . import scopes, torch_hooks
 from .choose_sampler import make_sampler
 from .counters import CounterRecorder
 from .layers import NAMER
-from .memory_budget import DEFAULT_BUDGET, MemoryBudget
+from .memory_limit import DEFAULT_MEMORY_LIMIT, MemoryLimit
 from .trace_window import TraceWindow, read_window
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class _Session:
         self.builder: ProfileBuilder | None = None
         self.start_time = 0.0
         self.window: TraceWindow | None = None
-        self.budget: MemoryBudget | None = None
+        self.memory_limit: MemoryLimit | None = None
         # where stacks begin (the frames that run the target), for every sampler the session makes:
         # set before the first user starts, so no tick sees the target's runner before they apply
         self.boundary_codes: set[CodeType] = set()
@@ -50,7 +50,7 @@ class _Session:
         rate: float,
         backward_layers: bool = False,
         trace_steps: tuple[int, int] | None = None,
-        max_memory: int = DEFAULT_BUDGET,
+        max_memory: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
         """Start sampling with the first user; ``trace_steps`` (first, last) also traces those steps;
         ``max_memory`` bounds the bytes the profile holds (the first user's applies)."""
@@ -68,8 +68,8 @@ class _Session:
                     hooks.add_window(self.window)
                 self.sampler.start()
                 self.counters = CounterRecorder(self.sampler.t0)
-                self.budget = MemoryBudget(self.builder, max_memory)
-                self.sampler.tick_hooks += [self.counters.tick, self.budget.tick]
+                self.memory_limit = MemoryLimit(self.builder, max_memory)
+                self.sampler.tick_hooks += [self.counters.tick, self.memory_limit.tick]
             self.users += 1
 
     def add_boundary_codes(self, codes: Iterable[CodeType]) -> None:

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from ...model.records import ProcessInfo, short_command
 from ..engine.counters import CounterRecorder
-from ..engine.memory_budget import DEFAULT_BUDGET
+from ..engine.memory_limit import DEFAULT_MEMORY_LIMIT
 from ..engine.session import SESSION, run_metadata
 from ..engine.trace_window import export_window, parse_steps, trace_path
 from .parts import PartWriter
@@ -125,9 +125,9 @@ def start_from_environment() -> None:
         os.environ[ENV_RANK_PID] = str(os.getpid())
 
     try:
-        max_memory = max(int(os.environ.get(ENV_MAX_MEMORY) or DEFAULT_BUDGET), 2**20)
+        max_memory = max(int(os.environ.get(ENV_MAX_MEMORY) or DEFAULT_MEMORY_LIMIT), 2**20)
     except ValueError:
-        max_memory = DEFAULT_BUDGET
+        max_memory = DEFAULT_MEMORY_LIMIT
     SESSION.acquire(rate, trace_steps=trace_steps, max_memory=max_memory)
     record_this_process(directory)
 

@@ -2,8 +2,8 @@
 
 A part is an ordinary ``.flameprof`` file, written without numpy (children must stay light and may
 run an interpreter that has none) and rewritten in place, atomically, at every flush: a reader sees
-the previous complete part or the next one, never half of one. The memory budget
-(``collect/engine/memory_budget.py``) bounds the rows it holds, and so the cost of a flush.
+the previous complete part or the next one, never half of one. The memory limit
+(``collect/engine/memory_limit.py``) bounds the rows it holds, and so the cost of a flush.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class PartWriter:
                 if recorded == self.written and not final:
                     return 0.0
                 sources = self._sources()
-                marks = b.folded_marks.marks() + list(b.marks)
+                marks = b.windowed_marks.marks() + list(b.marks)
                 n_threads = len(b.threads)
                 n_stacks = min(len(b.stack_parent), len(b.stack_frame))
                 n_frames = len(b.frames)
@@ -142,7 +142,7 @@ class PartWriter:
         of them, in chunks) of the folded rows, each native store's completed ticks, and the list
         columns (appended time first, cpu last)."""
         b = self.builder
-        out = [_rows_source(b.folded.rows())] if b.folded.samples else []
+        out = [_rows_source(b.windowed.rows())] if b.windowed.samples else []
         for store in b.sample_stores:
             ticks = store.completed_ticks
             out.append((store.rows_in(0, ticks), partial(_store_chunks, store, ticks)))

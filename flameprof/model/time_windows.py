@@ -1,5 +1,5 @@
 """Old samples and marks folded into per-window aggregates, so a profile of a run of days stays
-within a memory budget (``collect/engine/memory_budget.py`` decides when).
+within a memory limit (``collect/engine/memory_limit.py`` decides when).
 
 A folded sample is one row per (time window, thread, stack): the wall and CPU seconds of every
 sample it stands for, stamped at the time of the last of them. Totals per stack, thread, phase and
@@ -53,7 +53,7 @@ class _WindowCells:
         self.window *= 2
 
 
-class FoldedSamples(_WindowCells):
+class WindowedSamples(_WindowCells):
     """(epoch, window, thread, stack) -> [wall, cpu, last time], over the samples folded so far.
 
     An epoch begins at the sample where a profiling window opens (``cut``): cells never span one,
@@ -126,7 +126,7 @@ class FoldedSamples(_WindowCells):
         )
 
 
-class FoldedMarks(_WindowCells):
+class WindowedMarks(_WindowCells):
     """(window, thread, name, value) -> [count, first time, last time], over the marks folded so far."""
 
     @staticmethod
@@ -139,7 +139,7 @@ class FoldedMarks(_WindowCells):
         for mark in marks:
             name, count, first, value = mark.name, 1, mark.time, mark.value
             if name.startswith(FOLDED_PREFIX):  # already folded: a merged profile folded again
-                info = parse_folded(mark)
+                info = parse_windowed(mark)
                 name, count, first, value = info.name, info.count, info.first, info.value
             self._merge((int(mark.time // self.window), mark.thread, name, value), [count, first, mark.time])
 
@@ -151,7 +151,7 @@ class FoldedMarks(_WindowCells):
         ]
 
 
-class FoldedMark(NamedTuple):
+class WindowedMark(NamedTuple):
     name: str  # the name of the marks it stands for
     # the field shadows tuple.count (a method), which a NamedTuple field may do: mypy does not allow it
     count: int  # type: ignore[assignment]
@@ -160,17 +160,17 @@ class FoldedMark(NamedTuple):
     value: str
 
 
-def parse_folded(mark: Mark) -> FoldedMark:
+def parse_windowed(mark: Mark) -> WindowedMark:
     """What a ``folded:<name>`` mark stands for (a malformed one stands for nothing)."""
     count, _, rest = mark.value.partition(" ")
     first, _, value = rest.partition(" ")
     try:
-        return FoldedMark(mark.name[len(FOLDED_PREFIX) :], int(count), float(first), mark.time, value)
+        return WindowedMark(mark.name[len(FOLDED_PREFIX) :], int(count), float(first), mark.time, value)
     except ValueError:
-        return FoldedMark(mark.name[len(FOLDED_PREFIX) :], 0, mark.time, mark.time, "")
+        return WindowedMark(mark.name[len(FOLDED_PREFIX) :], 0, mark.time, mark.time, "")
 
 
-def folded_marks(marks: Iterable[Mark], name: str, thread: int | None = None) -> list[FoldedMark]:
+def windowed_marks(marks: Iterable[Mark], name: str, thread: int | None = None) -> list[WindowedMark]:
     """The folded marks that stand for ``name`` marks (of ``thread``, when given)."""
     wanted = FOLDED_PREFIX + name
-    return [parse_folded(m) for m in marks if m.name == wanted and (thread is None or m.thread == thread)]
+    return [parse_windowed(m) for m in marks if m.name == wanted and (thread is None or m.thread == thread)]

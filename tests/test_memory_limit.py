@@ -1,4 +1,4 @@
-"""Bounded memory: past its budget a profile folds its oldest samples and marks into time windows,
+"""Bounded memory: past its memory limit a profile folds its oldest samples and marks into time windows,
 keeping totals per stack, thread, phase and layer, step counts and the first step exact."""
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from conftest import REPO, run_flameprof
 
 from flameprof.analyze.breakdown import analyze
 from flameprof.collect.engine.counters import MAX_POINTS, CounterRecorder
-from flameprof.collect.engine.memory_budget import LIST_ROW_BYTES, RAW_SHARE, MemoryBudget
+from flameprof.collect.engine.memory_limit import LIST_ROW_BYTES, RAW_SHARE, MemoryLimit
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
-from flameprof.model.folded import FoldedMarks, FoldedSamples, folded_marks
 from flameprof.model.records import Frame, Mark
+from flameprof.model.time_windows import WindowedMarks, WindowedSamples, windowed_marks
 
 
 def test_folding_keeps_totals_and_a_coarser_window_merges_cells():
-    folded = FoldedSamples(window=1.0)
+    folded = WindowedSamples(window=1.0)
     folded.add(0, [0.1, 0.5, 1.2, 2.7, 3.1], [0, 0, 0, 1, 0], [5, 5, 5, 6, 5], [0.1] * 5, [0.05] * 5)
     assert len(folded) == 4 and folded.samples == 5 and folded.until == 3.1
     folded.coarsen()
@@ -31,22 +31,22 @@ def test_folding_keeps_totals_and_a_coarser_window_merges_cells():
     # a cell is stamped at its last sample, so it stays on the same side of a step boundary
     assert time == [1.2, 2.7, 3.1]
 
-    marks = FoldedMarks(window=4.0)
+    marks = WindowedMarks(window=4.0)
     marks.add([Mark(t, 0, "step", "user") for t in (0.5, 1.5, 2.5, 4.5)] + [Mark(1.0, 0, "epoch", "")])
     marks.coarsen()
-    steps = folded_marks(marks.marks(), "step", 0)
+    steps = windowed_marks(marks.marks(), "step", 0)
     assert len(steps) == 1 and steps[0].count == 4 and steps[0].first == 0.5 and steps[0].last == 4.5
-    assert steps[0].value == "user" and [m.count for m in folded_marks(marks.marks(), "epoch")] == [1]
+    assert steps[0].value == "user" and [m.count for m in windowed_marks(marks.marks(), "epoch")] == [1]
     # a folded mark folded again (a merged profile) still counts every mark it stands for
-    again = FoldedMarks()
+    again = WindowedMarks()
     again.add(marks.marks())
-    assert [m.count for m in folded_marks(again.marks(), "step")] == [4]
+    assert [m.count for m in windowed_marks(again.marks(), "step")] == [4]
 
 
 def _synthetic(
-    builder: ProfileBuilder, budget: MemoryBudget | None, seconds: float, seed: int = 0, start: float = 5.0
+    builder: ProfileBuilder, memory: MemoryLimit | None, seconds: float, seed: int = 0, start: float = 5.0
 ):
-    """Four threads at 100 Hz over ``seconds``, a step every 50 ms, random stacks; the budget checked
+    """Four threads at 100 Hz over ``seconds``, a step every 50 ms, random stacks; the memory checked
     every simulated second, as its tick hook would be."""
     rng = random.Random(seed)
     threads = [builder.thread_id(1, i, f"t{i}") for i in range(4)]
@@ -61,17 +61,17 @@ def _synthetic(
             builder.add_sample(t, thread, rng.choice(stacks), 0.01, rng.choice((0.0, 0.01)))
         if tick % 5 == 0:
             builder.marks.append(Mark(t, step_thread, "step", "user"))
-        if budget is not None and tick % 100 == 99:
-            budget.check()
+        if memory is not None and tick % 100 == 99:
+            memory.check()
 
 
-def test_a_budget_bounds_the_raw_rows_and_keeps_every_total():
+def test_a_memory_limit_bounds_the_raw_rows_and_keeps_every_total():
     reference, bounded = ProfileBuilder(), ProfileBuilder()
-    budget = MemoryBudget(bounded, budget=400_000)
+    memory = MemoryLimit(bounded, limit=400_000)
     _synthetic(reference, None, 600)
-    _synthetic(bounded, budget, 600)
-    assert budget.folds > 0 and bounded.folded.samples > 0
-    assert len(bounded.cpu) * LIST_ROW_BYTES <= RAW_SHARE * budget.budget * 1.1
+    _synthetic(bounded, memory, 600)
+    assert memory.folds > 0 and bounded.windowed.samples > 0
+    assert len(bounded.cpu) * LIST_ROW_BYTES <= RAW_SHARE * memory.limit * 1.1
     assert bounded.num_samples == reference.num_samples == 600 * 100 * 4
 
     full, small = reference.build(), bounded.build()
@@ -92,12 +92,12 @@ def test_a_budget_bounds_the_raw_rows_and_keeps_every_total():
 
 def test_a_window_opened_after_the_fold_leaves_the_folded_rows_out():
     builder = ProfileBuilder()
-    budget = MemoryBudget(builder, budget=400_000)
-    _synthetic(builder, budget, 300)
+    memory = MemoryLimit(builder, limit=400_000)
+    _synthetic(builder, memory, 300)
     first = builder.num_samples
-    builder.folded.cut(first)  # a window opens, as Profiler.start does
-    epoch = builder.folded.cut(first)  # and another at the same sample
-    _synthetic(builder, budget, 100, seed=1, start=305.0)
+    builder.windowed.cut(first)  # a window opens, as Profiler.start does
+    epoch = builder.windowed.cut(first)  # and another at the same sample
+    _synthetic(builder, memory, 100, seed=1, start=305.0)
     assert builder.rows_taken_off > first  # some of the window's rows were folded
     window = builder.build(first, epoch=epoch)
     assert window.sample_time.min() >= 305.0
@@ -187,9 +187,9 @@ def test_rows_that_differ_in_more_than_their_window_stop_the_coarsening():
     """More distinct (thread, stack) rows than the folded share holds: the window doubles while
     that helps, then stops (a program with many stacks must not hang in its sampler)."""
     builder = ProfileBuilder()
-    budget = MemoryBudget(builder, budget=2**20)
+    memory = MemoryLimit(builder, limit=2**20)
     for i in range(5000):  # 5,000 stacks, each once, all in one window: nothing to merge
         builder.add_sample(1.0 + i * 1e-4, 0, i, 0.01, 0.0)
-    builder.folded.add(0, *builder.take_list_rows(5000))
-    budget.check()
-    assert len(builder.folded) == 5000 and builder.folded.window <= 16.0
+    builder.windowed.add(0, *builder.take_list_rows(5000))
+    memory.check()
+    assert len(builder.windowed) == 5000 and builder.windowed.window <= 16.0
