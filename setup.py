@@ -1,6 +1,6 @@
 """Builds the optional C extensions: the sampler ``flameprof._native``, the folded-text reader
-``flameprof._folded``, the perf script collapser ``flameprof._perf`` and attach's injector
-``flameprof._inject``; metadata lives in pyproject.toml.
+``flameprof._folded``, the perf script collapser ``flameprof._perf``, the torch.profiler trace
+reader ``flameprof._kineto`` and attach's injector ``flameprof._inject``; metadata lives in pyproject.toml.
 
 ``optional=True``: when the compiler or headers are missing the install still succeeds and
 flameprof falls back to its pure-Python sampler (with a one-time warning) and folded reader.
@@ -30,6 +30,13 @@ setup(
         Extension(
             "flameprof._folded",
             sources=["native/folded.c"],
+            depends=["native/byte_hash.h"],
+            extra_compile_args=[*STRICT, "-std=c99"],
+            optional=True,
+        ),
+        Extension(
+            "flameprof._kineto",
+            sources=["native/kineto.c"],
             depends=["native/byte_hash.h"],
             extra_compile_args=[*STRICT, "-std=c99"],
             optional=True,

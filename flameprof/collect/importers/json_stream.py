@@ -8,13 +8,17 @@ parsed as one array, which succeeds exactly when the cut falls between two eleme
 string or a nested object the batch does not parse). Anything orjson refuses (a cut that fell
 elsewhere, NaN, integers past 64 bits, a defect) is decoded again one value at a time by the
 standard library, which gives the precise error and the standard library's reading of what it
-accepts; every byte is thus decoded a bounded number of times (linear time)."""
+accepts; every byte is thus decoded a bounded number of times (linear time).
+
+A caller with a faster reader of the elements (the C ``Scanner`` of Kineto traces, which keeps what it
+needs of them as columns) passes it as ``scan``: it reads the buffer from a position on and says
+where it stopped and why; only the elements it leaves to Python are decoded here and yielded."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import orjson
@@ -25,6 +29,12 @@ _FIRST_WINDOW = 4096  # bytes a single value is first looked for in; doubled unt
 _BATCH_TRIES = 4  # cuts tried, last first, before a batch is decoded one value at a time
 _DECODER = json.JSONDecoder()
 _SPACE = re.compile(rb"[ \t\n\r]*")
+
+
+# What a scan says of where it stopped: the buffer ends inside an element, the element there is
+# Python's to decode, or the array ended (the position is then past its ``]``).
+SCAN_MORE, SCAN_SLOW, SCAN_END = 1, 2, 3
+Scan = Callable[[bytes, int], tuple[int, int]]
 
 
 class JsonDefect(ValueError):
@@ -138,11 +148,15 @@ class _Reader:
         return [], len(buf)
 
 
-def _elements(reader: _Reader) -> Iterator[object]:
-    """The elements of the array opening next; the reader is then after its ``]``."""
+def _elements(reader: _Reader, scan: Scan | None = None) -> Iterator[object]:
+    """The elements of the array opening next (those ``scan`` leaves, when given); the reader is then
+    after its ``]``."""
     reader.expect(b"[")
     if reader.peek() == b"]":
         reader.pos += 1
+        return
+    if scan is not None:
+        yield from _scanned(reader, scan)
         return
     slow_until = 0  # absolute offset: decode one value at a time up to here (a batch failed there)
     while True:
@@ -161,13 +175,39 @@ def _elements(reader: _Reader) -> Iterator[object]:
         reader.expect(b",")
 
 
-def stream_member(fh: ByteSource, member: str, header: dict[str, Any]) -> Iterator[object]:
+def _scanned(reader: _Reader, scan: Scan) -> Iterator[object]:
+    """The elements ``scan`` leaves to Python, decoded one at a time; ``scan`` reads the rest. An
+    element that one more chunk does not complete is Python's too (its window doubles: linear)."""
+    waited = False  # the element at reader.pos was given one more chunk and is still cut
+    while True:
+        before = reader.offset + reader.pos
+        reader.pos, status = scan(reader.buf, reader.pos)
+        if status == SCAN_END:
+            return
+        if reader.offset + reader.pos != before:
+            waited = False
+        if status == SCAN_MORE and not waited:
+            waited = True
+            if reader.fill():
+                continue
+        yield reader.value()
+        waited = False
+        if reader.peek() == b"]":
+            reader.pos += 1
+            return
+        reader.expect(b",")
+
+
+def stream_member(
+    fh: ByteSource, member: str, header: dict[str, Any], scan: Scan | None = None
+) -> Iterator[object]:
     """Yield the elements of array ``member`` of the top-level object in ``fh`` (or of the document
     itself when it is an array), filling ``header`` with the object's other members as they are
-    read. Raises JsonDefect (with line and column) on anything else, also after the last element."""
+    read; with ``scan``, only those it leaves to Python. Raises JsonDefect (with line and column) on
+    anything else, also after the last element."""
     reader = _Reader(fh)
     if reader.peek() == b"[":
-        yield from _elements(reader)
+        yield from _elements(reader, scan)
         _end(reader)
         return
     reader.expect(b"{")
@@ -183,7 +223,7 @@ def stream_member(fh: ByteSource, member: str, header: dict[str, Any]) -> Iterat
             reader.expect(b":")
             if key == member and not found:
                 found = True
-                yield from _elements(reader)
+                yield from _elements(reader, scan)
             else:
                 header[key] = reader.value()
             if reader.peek() == b"}":

@@ -22,6 +22,10 @@ Attribution, from what the trace itself records:
 * a device event goes, through its correlation id, to the runtime call that launched it (its
   parent, whose start is the launch time), and so to the op around that call, its layer and its
   phase.
+
+The events are read as columns (kineto_rows.py: by the C Scanner where it is built) and every pass
+over them works on arrays; the three that are one walk each (nesting, attribution, and the stacks
+in kineto_profile.py) run in C too, with a Python loop as their fallback.
 """
 
 from __future__ import annotations
@@ -29,10 +33,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import math
-import sys
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -43,39 +44,32 @@ from ...errors import FlameprofError
 from ...model.phase_names import PHASES
 from ...model.trace import (
     ANNOTATION,
+    DEVICE_KINDS,
     EVENT_COLUMNS,
-    KERNEL,
-    MEMCPY,
     MEMORY_COLUMNS,
-    MEMSET,
     NO_PARENT,
     OP,
     RUNTIME,
     Trace,
 )
-from .json_stream import ByteSource, JsonDefect, stream_member
+from .json_stream import ByteSource, JsonDefect, Scan, stream_member
+from .kineto_rows import (
+    DEVICE_CATEGORIES,
+    HOST_CATEGORIES,
+    MEMORY,
+    MODULE_PREFIX,
+    PYTHON,
+    _int,
+    _number,
+    read_rows,
+    scanner,
+)
 from .op_flops import op_flops
 
+__all__ = ["DEVICE_CATEGORIES", "HOST_CATEGORIES", "MODULE_PREFIX", "_int", "_number"]
+
 LAYER_PREFIX = "flameprof.layer: "
-MODULE_PREFIX = "nn.Module: "
 STEP_PREFIXES = ("ProfilerStep#", "flameprof.step#")  # torch.profiler's steps, the window's
-HOST_CATEGORIES = {
-    "cpu_op": OP,
-    "operator": OP,
-    "user_annotation": ANNOTATION,
-    "python_function": ANNOTATION,
-    "cuda_runtime": RUNTIME,
-    "cuda_driver": RUNTIME,
-    "runtime": RUNTIME,
-    "xpu_runtime": RUNTIME,
-}
-DEVICE_CATEGORIES = {
-    "kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
-    "memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
-    "memset": MEMSET,
-}
 SYNC_CALLS = frozenset(
     (
         "cudaDeviceSynchronize",
@@ -137,50 +131,6 @@ def declared_phase(kind: int, name: str) -> str | None:
     return None
 
 
-@dataclass(slots=True)
-class _Host:
-    kind: int
-    name: str
-    start: float  # microseconds, as in the trace
-    dur: float
-    pid: int
-    tid: int
-    seq: int
-    correlation: int
-    flops: float
-    shapes: str
-    parent: int = NO_PARENT
-    layer: str = ""
-    phase: str = "other"
-
-
-def _number(value: object, what: str, where: str, limit: float = 1e18) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise FlameprofError(f"{where}: {what} is not a number")
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise FlameprofError(f"{where}: {what} is not a number") from None
-    if not math.isfinite(number) or abs(number) > limit:
-        raise FlameprofError(f"{where}: {what} is out of range")
-    return number
-
-
-_PLAIN = (int, float)  # exact types: bool is refused
-
-
-def _int(value: object, default: int = -1) -> int:
-    if type(value) is int and -(1 << 62) < value < 1 << 62:
-        return value
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return value if abs(value) < 1 << 62 else default
-    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 19:
-        return int(value)
-    return default
-
-
 @dataclass
 class TraceDocument:
     """A Chrome trace read as a stream: ``events()`` yields its events one at a time and fills
@@ -191,9 +141,10 @@ class TraceDocument:
     source: str
     header: dict[str, Any]
 
-    def events(self) -> Iterator[object]:
+    def events(self, scan: Scan | None = None) -> Iterator[object]:
+        """The events (those ``scan`` leaves to Python, when given), one at a time."""
         try:
-            yield from stream_member(self.stream, "traceEvents", self.header)
+            yield from stream_member(self.stream, "traceEvents", self.header, scan)
         except JsonDefect as exc:
             raise FlameprofError(f"{self.source}: not a readable trace: {exc}") from None
         except (OSError, EOFError, zlib.error) as exc:
@@ -216,279 +167,398 @@ def decode_document(data: bytes, source: str) -> TraceDocument:
     return open_document(io.BufferedReader(io.BytesIO(data)), source)
 
 
+def _native() -> Any:
+    """The C passes (flameprof._kineto), or None where the extension is not built."""
+    try:
+        from ... import _kineto
+    except ImportError:
+        return None
+    return _kineto
+
+
+def _prefixed(texts: list[str], prefixes: str | tuple[str, ...]) -> np.ndarray:
+    """Per text id (and -1, last), whether the text starts with ``prefixes``."""
+    return np.array([t.startswith(prefixes) for t in texts] + [False], dtype=bool)
+
+
 def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> tuple[Trace, float]:
     """The attributed Trace of a decoded Kineto document, with times relative to ``epoch`` (seconds
     since the Unix epoch; the trace's first event when None). Returns the trace and the epoch used."""
-    hosts: list[_Host] = []
-    devices: list[tuple] = []  # (kind, name, start, dur, device, stream, correlation, bytes)
-    memory: list[tuple] = []  # (ts, pid, tid, delta, total, device)
-    steps: list[tuple[float, float]] = []
-    for index, event in enumerate(doc.events()):
-        if not isinstance(event, dict):
-            raise FlameprofError(f"{source}: trace event {index} is not an object")
-        phase_char = event.get("ph")
-        if phase_char == "X":
-            _read_complete(event, index, source, hosts, devices, steps)
-        elif phase_char == "i" and event.get("name") == "[memory]":
-            where = f"{source}: trace event {index}"
-            args = event.get("args")
-            if not isinstance(args, dict):
-                args = {}
-            device = -1 if _int(args.get("Device Type"), 0) == 0 else _int(args.get("Device Id"), 0)
-            memory.append(
-                (
-                    _number(event.get("ts"), "ts", where),
-                    _int(event.get("pid")),
-                    _int(event.get("tid")),
-                    _number(args.get("Bytes", 0), "Bytes", where),
-                    _number(args.get("Total Allocated", 0), "Total Allocated", where),
-                    device,
-                )
-            )
+    scan = scanner()
+    rows = read_rows(doc.events(scan.feed if scan is not None else None), source, scan)
+    texts: dict[str, int] = {}  # every distinct text (names, layer paths, input shapes) -> its id
+
+    def text_id(text: str) -> int:
+        return texts.setdefault(text, len(texts))
+
+    col = rows.columns
+    names = np.array([text_id(t) for t in rows.names] + [-1], dtype=np.int64)[col["name"]]
+    kind = col["kind"]
+    if (kind == PYTHON).any():  # Python frames of with_stack, but for nn.Module's: the samples show them
+        keep = (kind != PYTHON) | _prefixed(list(texts), MODULE_PREFIX)[names]
+        col, names = {k: v[keep] for k, v in col.items()}, names[keep]
+        kind = np.where(col["kind"] == PYTHON, ANNOTATION, col["kind"]).astype(np.int8)
+    memory = kind == MEMORY
+    device = np.isin(kind, DEVICE_KINDS)
+    host = ~(memory | device)
+    h = {k: v[host] for k, v in col.items()}
+    d = {k: v[device] for k, v in col.items()}
+    m = {k: v[memory] for k, v in col.items()}
+    h_name, d_name, h_kind = names[host], names[device], kind[host]
+    del col, names, rows.columns
     base_ns = _number(doc.header.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
-    starts = [h.start for h in hosts] + [d[2] for d in devices] + [m[0] for m in memory]
-    if not starts:
+    if not len(kind):
         raise FlameprofError(f"{source}: no op, kernel or memory event: not a torch.profiler trace")
-    first = min(starts)
+    first = float(min(float(t.min()) for t in (h["ts"], d["ts"], m["ts"]) if len(t)))
     first_epoch = (first * 1e3 + base_ns) / 1e9
     epoch = first_epoch if epoch is None else epoch
     shift = first_epoch - epoch
 
-    def seconds(us: float) -> float:
+    def seconds(us: np.ndarray) -> np.ndarray:
         return (us - first) / 1e6 + shift
 
-    order, memory_event = _nest(hosts, memory)
-    _attribute(hosts, order)
-    calls, launchers = _launchers(hosts, devices)
-    return _columns(hosts, devices, calls, launchers, memory, memory_event, steps, seconds), epoch
-
-
-def _read_complete(event: dict, index: int, source: str, hosts: list, devices: list, steps: list) -> None:
-    category = str(event.get("cat", "")).lower()
-    kind = HOST_CATEGORIES.get(category, DEVICE_CATEGORIES.get(category))
-    if kind is None:
-        return
-    name = event.get("name")
-    name = sys.intern(name if isinstance(name, str) else str(name))  # one string per distinct op name
-    if category == "python_function" and not name.startswith(MODULE_PREFIX):
-        return  # Python frames of with_stack: the samples show the Python side
-    start: Any = event.get("ts")  # a JSON value: checked next
-    dur: Any = event.get("dur", 0)
-    if type(start) in _PLAIN and type(dur) in _PLAIN and -1e18 <= start <= 1e18 and 0 <= dur <= 1e18:
-        start, dur = float(start), float(dur)  # the common case, without building a message
-    else:
-        where = f"{source}: trace event {index} ({name[:60]!r})"
-        start = _number(start, "ts", where)
-        dur = _number(dur, "dur", where)
-        if dur < 0:
-            raise FlameprofError(f"{where}: negative duration")
-    args = event.get("args")
-    if not isinstance(args, dict):
-        args = {}
-    if category in DEVICE_CATEGORIES:
-        size = args.get("bytes", 0)
-        devices.append(
-            (
-                kind,
-                name,
-                start,
-                dur,
-                _int(args.get("device"), _int(event.get("pid"), 0)),
-                _int(args.get("stream"), _int(event.get("tid"), 0)),
-                _int(args.get("correlation")),
-                _number(size, "bytes", f"{source}: trace event {index} ({name[:60]!r})")
-                if size not in (None, "")
-                else 0.0,
+    flops, shapes = _inputs(h_kind, h_name, h["dims"], h["concrete"], rows.values, texts)
+    start, dur, pid, tid = h["ts"], h["dur"], h["a"], h["b"]
+    parent, memory_event, order = _nest(pid, tid, start, dur, m["a"], m["b"], m["ts"])
+    layer, phase = _attribute(h_kind, h_name, start, pid, tid, h["c"], parent, order, texts)
+    calls, launchers = _launchers(h_kind, h["d"], parent, d["d"])
+    is_step = _prefixed(list(texts), STEP_PREFIXES)[h_name]
+    steps = sorted(zip(seconds(start[is_step]).tolist(), seconds(start[is_step] + dur[is_step]).tolist()))
+    owned = launchers >= 0
+    owner = np.where(owned, launchers, 0)
+    owner_pid = pid[launchers[owned]]
+    main_pid = 0  # a device event no runtime call launched belongs to the process that launched the most
+    if len(owner_pid):
+        pids, firsts, counts = np.unique(owner_pid, return_index=True, return_counts=True)
+        main_pid = int(owner_pid[firsts[counts == counts.max()].min()])
+    d_layer = np.where(owned, layer[owner] if len(layer) else -1, -1)
+    text_ids = np.concatenate([h_name, d_name, layer, d_layer, shapes])
+    final, trace_names = _first_seen(text_ids, list(texts))
+    n_host, n_device = len(h_kind), len(d_name)
+    events = {
+        "kind": np.concatenate([h_kind, d["kind"]]),
+        "name": final[np.concatenate([h_name, d_name])],
+        "start": seconds(np.concatenate([start, d["ts"]])),
+        "dur": np.concatenate([dur, d["dur"]]) / 1e6,
+        "pid": np.concatenate([pid, np.where(owned, pid[owner] if n_host else 0, main_pid)]),
+        "tid": np.concatenate([tid, d["b"]]),
+        "device": np.concatenate([np.full(n_host, -1), d["a"]]),
+        "parent": np.concatenate([parent, calls]),
+        "layer": final[np.concatenate([layer, d_layer])],
+        "phase": np.concatenate([phase, np.where(owned, phase[owner] if n_host else 0, PHASE["other"])]),
+        "flops": np.concatenate([flops, np.zeros(n_device)]),
+        "bytes": np.concatenate([np.zeros(n_host), d["x"]]),
+        "shapes": final[np.concatenate([shapes, np.full(n_device, -1)])],
+    }
+    trace = Trace(
+        names=trace_names,
+        events={k: events[k].astype(dtype, copy=False) for k, dtype in EVENT_COLUMNS.items()},
+        memory={
+            k: np.asarray(v).astype(MEMORY_COLUMNS[k], copy=False)
+            for k, v in (
+                ("time", seconds(m["ts"])),
+                ("delta", m["x"]),
+                ("total", m["dur"]),
+                ("device", m["c"]),
+                ("event", memory_event),
             )
-        )
-        return
-    if name.startswith(STEP_PREFIXES):
-        steps.append((start, start + dur))
-    dims = args.get("Input Dims")
-    hosts.append(
-        _Host(
-            kind=kind,
-            name=name,
-            start=start,
-            dur=dur,
-            pid=_int(event.get("pid"), 0),
-            tid=_int(event.get("tid"), 0),
-            seq=_int(args.get("Sequence number")),
-            correlation=_int(args.get("correlation", args.get("External id") if kind == RUNTIME else None)),
-            flops=op_flops(name, dims, args.get("Concrete Inputs")) if kind == OP else 0.0,
-            shapes=sys.intern(json.dumps(dims, separators=(",", ":"))) if kind == OP and dims else "",
-        )
+        },
+        steps=steps,
     )
+    return trace, epoch
 
 
-def _nest(hosts: list[_Host], memory: list[tuple]) -> tuple[list[int], list[int]]:
-    """Set each host event's parent (the innermost event enclosing it on its thread), and find the
-    host event each memory event happened in. Returns the host events parents first, and the latter.
-    Sorted by numpy on columns: a sort key tuple per event would take more than the trace itself."""
-    n, m = len(hosts), len(memory)
-    pid = np.fromiter((h.pid for h in hosts), np.int64, n)
-    tid = np.fromiter((h.tid for h in hosts), np.int64, n)
-    start = np.fromiter((h.start for h in hosts), np.float64, n)
-    dur = np.fromiter((h.dur for h in hosts), np.float64, n)
+def _first_seen(ids: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The trace's names: the texts ``ids`` names, in the order they first appear (the empty text is
+    no name), and per text id (and -1, last) its index among them or -1."""
+    ids = ids[ids >= 0]
+    empty = texts.index("") if "" in texts else -1
+    if empty >= 0:
+        ids = ids[ids != empty]
+    unique, first = np.unique(ids, return_index=True)
+    ranked = unique[np.argsort(first, kind="stable")]
+    final = np.full(len(texts) + 1, -1, dtype=np.int64)
+    final[ranked] = np.arange(len(ranked))
+    return final, [texts[i] for i in ranked.tolist()]
+
+
+def _inputs(
+    kind: np.ndarray, name: np.ndarray, dims: np.ndarray, concrete: np.ndarray, values: list, texts: dict
+) -> tuple[np.ndarray, np.ndarray]:
+    """FLOPs and input shapes (a text id, or -1) of each op, computed once per distinct op name and
+    inputs."""
+    flops = np.zeros(len(kind))
+    shapes = np.full(len(kind), -1, dtype=np.int64)
+    ops = np.nonzero(kind == OP)[0]
+    if not len(ops):
+        return flops, shapes
+    size = len(values) + 1
+    if (len(texts) + 1) * size * size < 1 << 62:
+        keys = (name[ops] * size + dims[ops] + 1) * size + concrete[ops] + 1
+        unique, inverse = np.unique(keys, return_inverse=True)
+        triples = [(k // (size * size), k // size % size - 1, k % size - 1) for k in unique.tolist()]
+    else:
+        stacked = np.stack([name[ops], dims[ops].astype(np.int64), concrete[ops].astype(np.int64)], axis=1)
+        unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
+        triples = [tuple(t) for t in unique.tolist()]
+    text_list = list(texts)
+    op_flops_of = np.zeros(len(triples))
+    shapes_of = np.full(len(triples), -1, dtype=np.int64)
+    for j, (n, di, ci) in enumerate(triples):
+        dims_value = values[di] if di >= 0 else None
+        op_flops_of[j] = op_flops(text_list[n], dims_value, values[ci] if ci >= 0 else None)
+        if dims_value:
+            shapes_of[j] = texts.setdefault(json.dumps(dims_value, separators=(",", ":")), len(texts))
+    inverse = inverse.reshape(-1)
+    flops[ops] = op_flops_of[inverse]
+    shapes[ops] = shapes_of[inverse]
+    return flops, shapes
+
+
+def _nest(
+    pid: np.ndarray,
+    tid: np.ndarray,
+    start: np.ndarray,
+    dur: np.ndarray,
+    memory_pid: np.ndarray,
+    memory_tid: np.ndarray,
+    memory_ts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each host event's parent (the innermost event enclosing it on its thread), and the host event
+    each memory event happened in; and the host events parents first (time order)."""
+    n, m = len(start), len(memory_ts)
     rows = np.arange(n + m)
+    all_pid = np.concatenate([pid, memory_pid])
+    all_tid = np.concatenate([tid, memory_tid])
+    time = np.concatenate([start, memory_ts])
     order = np.lexsort(
         (
             rows,
             np.concatenate([-dur, np.zeros(m)]),
             np.concatenate([np.zeros(n), np.ones(m)]),  # an allocation at an op's start is inside it
-            np.concatenate([start, np.fromiter((e[0] for e in memory), np.float64, m)]),
-            np.concatenate([tid, np.fromiter((e[2] for e in memory), np.int64, m)]),
-            np.concatenate([pid, np.fromiter((e[1] for e in memory), np.int64, m)]),
+            time,
+            all_tid,
+            all_pid,
         )
     )
-    memory_event = [NO_PARENT] * m
+    new_thread = np.ones(n + m, dtype=np.int8)
+    if n + m:
+        sorted_pid, sorted_tid = all_pid[order], all_tid[order]
+        new_thread[1:] = (sorted_pid[1:] != sorted_pid[:-1]) | (sorted_tid[1:] != sorted_tid[:-1])
+    end = start + dur
+    parent = np.full(n, NO_PARENT, dtype=np.int32)
+    memory_event = np.full(m, NO_PARENT, dtype=np.int32)
+    native = _native()
+    if native is not None:
+        native.nest(order.astype(np.int64), new_thread, time, end, parent, memory_event)
+    else:
+        _nest_walk(order.tolist(), new_thread.tolist(), time.tolist(), end.tolist(), parent, memory_event)
+    return parent, memory_event, np.lexsort((rows[:n], -dur, start))
+
+
+def _nest_walk(
+    order: list[int],
+    new_thread: list[int],
+    time: list[float],
+    end: list[float],
+    parent: np.ndarray,
+    memory: np.ndarray,
+) -> None:
+    """The walk of ``_nest`` in Python (where the C one is not built)."""
+    n = len(parent)
+    parents, memory_event = parent.tolist(), memory.tolist()
     stack: list[int] = []
-    thread = None
-    for i in order.tolist():
-        host = hosts[i] if i < n else None
-        key = (host.pid, host.tid) if host else (memory[i - n][1], memory[i - n][2])
-        if key != thread:
-            thread, stack = key, []
-        if host is None:
-            at = memory[i - n][0]
-            while stack and hosts[stack[-1]].start + hosts[stack[-1]].dur < at:
+    for i, new in zip(order, new_thread):
+        if new:
+            stack = []
+        if i >= n:
+            at = time[i]
+            while stack and end[stack[-1]] < at:
                 stack.pop()
             memory_event[i - n] = stack[-1] if stack else NO_PARENT
             continue
-        end = host.start + host.dur
-        while stack and hosts[stack[-1]].start + hosts[stack[-1]].dur + _NEST_SLACK < end:
+        while stack and end[stack[-1]] + _NEST_SLACK < end[i]:
             stack.pop()
-        host.parent = stack[-1] if stack else NO_PARENT
+        parents[i] = stack[-1] if stack else NO_PARENT
         stack.append(i)
-    return np.lexsort((rows[:n], -dur, start)).tolist(), memory_event
+    parent[:] = parents
+    memory[:] = memory_event
 
 
-def autograd_threads(hosts: list[_Host]) -> set[tuple[int, int]]:
-    """The (pid, tid) of the autograd engine's device threads: an outermost ``evaluate_function`` on
-    them runs the backward of an op that another thread ran forward (on a CPU the thread that calls
-    ``backward()`` runs it, so a loop's own thread is never one)."""
-    forward: dict[tuple[int, int], tuple[float, int]] = {}  # (pid, sequence number) -> its first op
-    for host in hosts:
-        if host.kind == OP and host.seq >= 0:
-            key = (host.pid, host.seq)
-            if key not in forward or host.start < forward[key][0]:
-                forward[key] = (host.start, host.tid)
-    return {
-        (host.pid, host.tid)
-        for host in hosts
-        if host.parent == NO_PARENT
-        and host.name.startswith(EVALUATE_FUNCTION)
-        and forward.get((host.pid, host.seq), (0.0, host.tid))[1] != host.tid
+def autograd_threads(
+    kind: np.ndarray,
+    name: np.ndarray,
+    start: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    seq: np.ndarray,
+    parent: np.ndarray,
+    texts: list[str],
+) -> np.ndarray:
+    """Per host event, whether its thread is one of the autograd engine's device threads: an outermost
+    ``evaluate_function`` on them runs the backward of an op that another thread ran forward (on a CPU
+    the thread that calls ``backward()`` runs it, so a loop's own thread is never one)."""
+    engine = np.zeros(len(kind), dtype=bool)
+    roots = np.nonzero((parent == NO_PARENT) & _prefixed(texts, EVALUATE_FUNCTION)[name])[0]
+    if not len(roots):
+        return engine
+    forward = np.nonzero((kind == OP) & (seq >= 0))[0]
+    forward = forward[np.lexsort((forward, start[forward], seq[forward], pid[forward]))]
+    if len(forward):  # the first op (earliest, then first read) of each (pid, sequence number)
+        forward = forward[
+            np.r_[True, (pid[forward][1:] != pid[forward][:-1]) | (seq[forward][1:] != seq[forward][:-1])]
+        ]
+    # each root's (pid, sequence number) found among the forward ops': sorted together, a root
+    # comes after the forward op with its key
+    both = np.concatenate([forward, roots])
+    is_root = np.r_[np.zeros(len(forward), dtype=bool), np.ones(len(roots), dtype=bool)]
+    merged = np.lexsort((is_root, seq[both], pid[both]))
+    before = np.maximum.accumulate(np.where(is_root[merged], -1, np.arange(len(merged))))
+    at = np.nonzero(is_root[merged])[0]
+    root, candidate = both[merged[at]], before[at]
+    forward_tid = tid[root].copy()
+    found = candidate >= 0
+    match = both[merged[candidate[found]]]
+    same = (pid[match] == pid[root[found]]) & (seq[match] == seq[root[found]])
+    forward_tid[np.nonzero(found)[0][same]] = tid[match[same]]
+    threads = {
+        (int(p), int(t))
+        for p, t in zip(pid[root][forward_tid != tid[root]], tid[root][forward_tid != tid[root]])
     }
+    for p, t in threads:
+        engine |= (pid == p) & (tid == t)
+    return engine
 
 
-def _attribute(hosts: list[_Host], order: list[int]) -> None:
-    """Layer and phase of every host event, in time order so forward ops precede their backward."""
-    forward_layer: dict[tuple[int, int], str] = {}  # (pid, sequence number) -> forward layer
-    engine = autograd_threads(hosts)
-    for i in order:
-        host = hosts[i]
-        parent = hosts[host.parent] if host.parent >= 0 else None
-        layer = parent.layer if parent else ""
-        phase = parent.phase if parent else "backward" if (host.pid, host.tid) in engine else "other"
-        declared = declared_phase(host.kind, host.name)
-        if declared is not None and not (declared == "sync" and phase == "backward"):
-            phase = declared
-        if host.kind == ANNOTATION and host.name.startswith(LAYER_PREFIX):
-            layer = host.name[len(LAYER_PREFIX) :]
-            phase = "backward" if phase == "backward" else "forward"
-        elif host.kind == ANNOTATION and host.name.startswith(MODULE_PREFIX):
-            name = host.name[len(MODULE_PREFIX) :]
-            layer = f"{layer}.{name}" if layer else name
-            phase = "backward" if phase == "backward" else "forward"
-        if host.seq >= 0 and host.kind == OP:
-            key = (host.pid, host.seq)
-            if phase == "backward" and declared == "backward":
-                layer = forward_layer.get(key, layer)
-            elif phase != "backward" and layer and key not in forward_layer:
-                forward_layer[key] = layer
-        host.layer, host.phase = layer, phase
-
-
-def _launchers(hosts: list[_Host], devices: list[tuple]) -> tuple[list[int], list[int]]:
-    """For each device event, the runtime call that launched it (the one with the same correlation
-    id), and the host op around that call, or the call itself when no op encloses it (the event's
-    layer and phase); NO_PARENT for both when the trace holds no such call."""
-    runtime: dict[int, int] = {}
-    for i, host in enumerate(hosts):
-        if host.kind == RUNTIME and host.correlation >= 0:
-            runtime[host.correlation] = i
-    calls, owners = [], []
-    for device in devices:
-        call = runtime.get(device[6], NO_PARENT)
-        launcher = call
-        while launcher >= 0 and hosts[launcher].kind != OP:
-            launcher = hosts[launcher].parent
-        calls.append(call)
-        owners.append(launcher if launcher >= 0 else call)
-    return calls, owners
-
-
-def _columns(hosts, devices, calls, launchers, memory, memory_event, steps, seconds) -> Trace:
-    """The attributed events as the model's columns, each filled straight into its array (a list of
-    boxed values per column would take several times the trace's own size)."""
-    names: dict[str, int] = {}
-
-    def intern(text: str) -> int:
-        return names.setdefault(text, len(names)) if text else -1
-
-    owners = [hosts[p] if p >= 0 else None for p in launchers]
-    other = PHASE["other"]
-    # a device event no runtime call launched belongs to the process that launched the most
-    process = Counter(h.pid for h in owners if h is not None).most_common(1)
-    main_pid = process[0][0] if process else 0
-    host_values = {
-        "kind": lambda h: h.kind,
-        "name": lambda h: intern(h.name),
-        "start": lambda h: seconds(h.start),
-        "dur": lambda h: h.dur / 1e6,
-        "pid": lambda h: h.pid,
-        "tid": lambda h: h.tid,
-        "device": lambda h: -1,
-        "parent": lambda h: h.parent,
-        "layer": lambda h: intern(h.layer),
-        "phase": lambda h: PHASE[h.phase],
-        "flops": lambda h: h.flops,
-        "bytes": lambda h: 0.0,
-        "shapes": lambda h: intern(h.shapes),
-    }
-    device_values = {  # d: (kind, name, start, dur, device, stream, correlation, bytes), o: its launcher
-        "kind": lambda d, o: d[0],
-        "name": lambda d, o: intern(d[1]),
-        "start": lambda d, o: seconds(d[2]),
-        "dur": lambda d, o: d[3] / 1e6,
-        "pid": lambda d, o: o.pid if o else main_pid,
-        "tid": lambda d, o: d[5],
-        "device": lambda d, o: d[4],
-        "layer": lambda d, o: intern(o.layer) if o else -1,
-        "phase": lambda d, o: PHASE[o.phase] if o else other,
-        "flops": lambda d, o: 0.0,
-        "bytes": lambda d, o: d[7],
-        "shapes": lambda d, o: -1,
-    }
-    events = {}
-    for key, dtype in EVENT_COLUMNS.items():
-        on_host = np.fromiter(map(host_values[key], hosts), dtype=dtype, count=len(hosts))
-        if key == "parent":
-            on_device = np.asarray(calls, dtype=dtype)
-        else:
-            on_device = np.fromiter(map(device_values[key], devices, owners), dtype=dtype, count=len(devices))
-        events[key] = np.concatenate([on_host, on_device])
-    mem = {
-        "time": [seconds(m[0]) for m in memory],
-        "delta": [m[3] for m in memory],
-        "total": [m[4] for m in memory],
-        "device": [m[5] for m in memory],
-        "event": memory_event,
-    }
-    return Trace(
-        names=list(names),
-        events=events,
-        memory={k: np.asarray(v, dtype=MEMORY_COLUMNS[k]) for k, v in mem.items()},
-        steps=sorted((seconds(a), seconds(b)) for a, b in steps),
+def _attribute(
+    kind: np.ndarray,
+    name: np.ndarray,
+    start: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    seq: np.ndarray,
+    parent: np.ndarray,
+    order: np.ndarray,
+    texts: dict[str, int],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Layer (a text id, or -1) and phase of every host event, in time order so forward ops precede
+    their backward."""
+    text_list = list(texts)
+    engine = autograd_threads(kind, name, start, pid, tid, seq, parent, text_list)
+    per_name, inverse = np.unique(name * 8 + kind, return_inverse=True)
+    declared = np.full(len(per_name), -1, dtype=np.int8)
+    mode = np.zeros(len(per_name), dtype=np.int8)  # 1: a layer annotation, 2: a module's
+    layer_name = np.full(len(per_name), -1, dtype=np.int32)
+    for j, key in enumerate(per_name.tolist()):
+        text, k = text_list[key // 8], key % 8
+        phase = declared_phase(k, text)
+        declared[j] = -1 if phase is None else PHASE[phase]
+        for which, prefix in ((1, LAYER_PREFIX), (2, MODULE_PREFIX)):
+            if k == ANNOTATION and text.startswith(prefix):
+                mode[j] = which
+                rest = text[len(prefix) :]
+                layer_name[j] = texts.setdefault(rest, len(texts)) if rest else -1
+                break
+    inverse = inverse.reshape(-1)
+    n = len(kind)
+    layer = np.full(n, -1, dtype=np.int32)
+    phase_of = np.full(n, PHASE["other"], dtype=np.int8)
+    base = len(texts)  # ids of layer paths made of a module's parent's and its name count on from here
+    codes = np.array(
+        [PHASE["other"], PHASE["backward"], PHASE["forward"], PHASE["sync"], base], dtype=np.int32
     )
+    arrays = (
+        order.astype(np.int64),
+        parent.astype(np.int32),
+        kind.astype(np.int8),
+        declared[inverse],
+        mode[inverse],
+        layer_name[inverse],
+        pid.astype(np.int64),
+        seq.astype(np.int64),
+        engine.astype(np.int8),
+        layer,
+        phase_of,
+        codes,
+    )
+    native = _native()
+    composed = native.attribute(*arrays) if native is not None else _attribute_walk(*arrays)
+    if composed:
+        text_list = list(texts)
+        made: list[str] = []
+        for up, leaf in composed:
+            path = text_list[up] if up < base else made[up - base]
+            made.append(f"{path}.{text_list[leaf] if leaf >= 0 else ''}")
+        ids = np.array([texts.setdefault(t, len(texts)) for t in made], dtype=np.int32)
+        layer = np.where(layer >= base, ids[np.maximum(layer - base, 0)], layer).astype(np.int32)
+    return layer.astype(np.int64), phase_of
+
+
+def _attribute_walk(
+    order, parent, kind, declared, mode, layer_name, pid, seq, engine, layer, phase_of, codes
+) -> list[tuple[int, int]]:
+    """The walk of ``_attribute`` in Python (where the C one is not built); fills ``layer`` and
+    ``phase_of`` and returns the (parent layer, module name) of each composed layer id."""
+    other, backward, forward, sync, next_id = codes.tolist()
+    forward_layer: dict[tuple[int, int], int] = {}
+    composed: dict[tuple[int, int], int] = {}
+    parents, kinds, decl, modes, leaves = (
+        parent.tolist(),
+        kind.tolist(),
+        declared.tolist(),
+        mode.tolist(),
+        layer_name.tolist(),
+    )
+    pids, seqs, engines = pid.tolist(), seq.tolist(), engine.tolist()
+    layers, phases = layer.tolist(), phase_of.tolist()
+    for i in order.tolist():
+        p = parents[i]
+        lay = layers[p] if p >= 0 else -1
+        ph = phases[p] if p >= 0 else backward if engines[i] else other
+        declared_i = decl[i]
+        if declared_i >= 0 and not (declared_i == sync and ph == backward):
+            ph = declared_i
+        if kinds[i] == ANNOTATION and modes[i]:
+            if modes[i] == 1 or lay < 0:
+                lay = leaves[i]
+            else:
+                key = (lay, leaves[i])
+                if key not in composed:
+                    composed[key] = next_id
+                    next_id += 1
+                lay = composed[key]
+            ph = backward if ph == backward else forward
+        if seqs[i] >= 0 and kinds[i] == OP:
+            key = (pids[i], seqs[i])
+            if ph == backward and declared_i == backward:
+                lay = forward_layer.get(key, lay)
+            elif ph != backward and lay >= 0 and key not in forward_layer:
+                forward_layer[key] = lay
+        layers[i], phases[i] = lay, ph
+    layer[:] = layers
+    phase_of[:] = phases
+    return list(composed)
+
+
+def _launchers(
+    kind: np.ndarray, correlation: np.ndarray, parent: np.ndarray, device_correlation: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each device event, the runtime call that launched it (the last one with the same
+    correlation id), and the host op around that call, or the call itself when no op encloses it
+    (the event's layer and phase); NO_PARENT for both when the trace holds no such call."""
+    calls = np.full(len(device_correlation), NO_PARENT, dtype=np.int64)
+    runtime = np.nonzero((kind == RUNTIME) & (correlation >= 0))[0]
+    if len(runtime) and len(calls):
+        runtime = runtime[np.lexsort((runtime, correlation[runtime]))]
+        last = np.r_[correlation[runtime][1:] != correlation[runtime][:-1], True]
+        keys, call_of = correlation[runtime][last], runtime[last]
+        at = np.minimum(np.searchsorted(keys, device_correlation), len(keys) - 1)
+        calls = np.where(keys[at] == device_correlation, call_of[at], NO_PARENT)
+    launcher = calls.copy()
+    while True:
+        walking = np.nonzero(launcher >= 0)[0]
+        walking = walking[kind[launcher[walking]] != OP]
+        if not len(walking):
+            break
+        launcher[walking] = parent[launcher[walking]]
+    return calls, np.where(launcher >= 0, launcher, calls)
