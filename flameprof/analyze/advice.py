@@ -18,6 +18,7 @@ import numpy as np
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
+from .device_phases import DeviceTimeSection
 from .processes import ProcessAnalysis
 from .steps import data_share
 
@@ -43,7 +44,7 @@ _BASIS_TEXT = {"steady-state steps": "steady-state step", "whole run": "the loop
 class Verdict:
     level: str  # "highly", "moderately", "not" or "unknown"
     data_share: float  # fraction of the basis spent in data
-    basis: str  # "steady-state steps" or "whole run"
+    basis: str  # "steady-state steps", "whole run" or "device time"
     text: str
     advice: list[str] = field(default_factory=list)
 
@@ -82,6 +83,21 @@ def judge(analysis: Analysis, processes: ProcessAnalysis | None = None) -> Verdi
         f"(wait {pct['data.wait']:.1f}%, fetch {pct['data.fetch']:.1f}%)"
     )
     return Verdict(level, share, basis, text, advise(analysis, share, pct, processes))
+
+
+def judge_on_device(verdict: Verdict, device: DeviceTimeSection | None) -> Verdict:
+    """On a GPU run (device time stamped by CUDA events), input-bound means the device idles while the
+    host waits for data: the verdict's level and share come from the device's own time per step,
+    the advice stays the samples'. Without CUDA stamps, ``verdict`` as it is."""
+    if device is None or device.clock != "cuda" or verdict.level == "unknown":
+        return verdict
+    share = device.data_wait_percent / 100
+    level = verdict_level(share)
+    text = (
+        f"{_LEVEL_TEXT[level]}: the device idles {100 * share:.1f}% of its step time while the host waits "
+        f"for data ({device.steps} steady-state steps of device time)"
+    )
+    return Verdict(level, share, "device time", text, verdict.advice)
 
 
 def advise(

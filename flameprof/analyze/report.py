@@ -16,15 +16,16 @@ import numpy as np
 
 from ..model.phase_names import LEAF_PHASES, PHASES
 from ..model.profile import Profile
-from .advice import HIGHLY, MODERATELY, judge
+from .advice import HIGHLY, MODERATELY, judge, judge_on_device
 from .breakdown import Analysis, Row, analyze
+from .device_phases import DeviceTimeSection, device_time
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
 from .phases import Rule
 from .processes import ProcessesSection, analyze_processes, processes_section
 
-# Version 2: the same keys as version 1; what a profile lacks is null (``ops``, ``memory`` and
-# ``device`` without a traced window, ``steps.steady``'s statistics without steady steps), not absent
-# or ``{}``.
+# Version 2: version 1's keys and ``device_time``; what a profile lacks is null (``ops``, ``memory``
+# and ``device`` without a traced window, ``device_time`` without device stamps, ``steps.steady``'s
+# statistics without steady steps), not absent or ``{}``.
 REPORT_VERSION = 2
 TOP = 10  # functions ranked
 
@@ -119,7 +120,7 @@ class VerdictSection:
     level: str  # highly, moderately, not or unknown
     input_bound: bool
     data_percent: float
-    basis: str  # steady-state steps or whole run
+    basis: str  # steady-state steps, whole run, or device time (a GPU run's device stamps)
     text: str
     thresholds: dict[str, float]
     advice: list[str]
@@ -148,6 +149,7 @@ class Report:
     ops: OpsSection | None
     memory: MemorySection | None
     device: DeviceSection | None
+    device_time: DeviceTimeSection | None  # the device's time per phase over the whole run
 
     def basis_phases(self) -> dict[str, Share]:
         """The steady-state steps' phases when there are steady steps, else the whole run's."""
@@ -239,7 +241,8 @@ def folded_text(meta: dict[str, object]) -> str:
 def build_report(profile: Profile, analysis: Analysis, source: str = "") -> Report:
     """The report of ``profile`` from its ``analysis`` (``breakdown.analyze`` of the same profile)."""
     processes = analyze_processes(profile, analysis.rules, analysis.sample_phase)
-    verdict = judge(analysis, processes)
+    device_steps = device_time(profile, analysis.steps)
+    verdict = judge_on_device(judge(analysis, processes), device_steps)
     traced = ops_report(profile)
     idle = traced.device.idle if traced.device else None
     return Report(
@@ -272,6 +275,7 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "") -> Repo
         ops=traced.ops,
         memory=traced.memory,
         device=traced.device,
+        device_time=device_steps,
     )
 
 

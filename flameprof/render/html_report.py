@@ -16,7 +16,7 @@ from .. import __version__
 from ..model.phase_names import LEAF_PHASES
 from .asset_files import asset
 from .html_trace import traced_window_html
-from .report import apart_line, phase_lines, steps_line
+from .report import apart_line, device_time_line, phase_lines, steps_line
 from .svg import PHASE_COLORS, flame_svg
 
 if TYPE_CHECKING:
@@ -157,6 +157,11 @@ def render_html(r: Report, profile: Profile, options: OutputOptions, tree: CallT
             f"{mode_text(options.mode)}</p>",
             f'<p class="meta" id="fp-steps-line">Steps: {_e(steps_line(r.steps))}</p>\n',
             (f'<p class="meta" id="fp-apart-line">Apart: {_e(apart_line(r))}</p>\n' if apart_line(r) else ""),
+            (
+                f'<p class="meta" id="fp-device-time">Device: {_e(device_time_line(r.device_time))}</p>\n'
+                if r.device_time
+                else ""
+            ),
             f'<section class="verdict {_e(r.verdict.level)}" id="fp-verdict"><p>{_e(r.verdict.text)}</p>'
             f"{'<ul>' + advice + '</ul>' if advice else ''}</section>\n",
             "<h2>Breakdown by phase (loop thread)</h2>",

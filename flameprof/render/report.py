@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from ..analyze.device_phases import DeviceTimeSection
 from ..analyze.report import REPORT_VERSION, Report, Share, StepRow, Steps
 from ..model.phase_names import PHASES
 from . import markdown
@@ -123,6 +124,19 @@ def startup_line(r: Report) -> str:
     return "; ".join(parts)
 
 
+def device_time_line(d: DeviceTimeSection) -> str:
+    """The device's time per steady-state step, in one line (``device:`` in the summary and report)."""
+    clock = "CUDA events" if d.clock == "cuda" else f"{d.clock or 'unknown'} clock"
+    work = ", ".join(
+        f"{name} {_ms(d.device[name])}" for name in ("forward", "backward", "optimizer", "other")
+    )
+    return (
+        f"{_ms(d.step_seconds)} per step ({clock}, {d.steps} steady steps): {work}; "
+        f"idle while the host waits for data {_ms(d.device['data.wait'])} ({d.data_wait_percent:.1f}%); "
+        f"{_ms(d.lag_seconds)} behind the host at the step's end"
+    )
+
+
 def idle_note(r: Report) -> str:
     """``3.200 s of other threads' idle waits left out (--idle)`` when some were, else ""."""
     if r.idle_left_out <= 0:
@@ -162,6 +176,8 @@ def format_text(r: Report, top: int = TOP) -> str:
         out.append(f"  startup: {startup_line(r)}")
     if r.folded:
         out.append(f"  memory: {r.folded}")
+    if r.device_time:
+        out.append(f"  device: {device_time_line(r.device_time)}")
     out += ["", "phases (loop thread wall time)            run     steady steps"]
     for name, secs, pct, st in phase_lines(r.phases, _steady(r), r.unit):
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
@@ -203,6 +219,7 @@ def format_markdown(r: Report, top: int = TOP) -> str:
         *([f"- apart: {apart_line(r)}"] if apart_line(r) else []),
         *([f"- startup: {startup_line(r)}"] if startup_line(r) else []),
         *([f"- memory: {r.folded}"] if r.folded else []),
+        *([f"- device: {device_time_line(r.device_time)}"] if r.device_time else []),
         "",
         f"**Verdict: {markdown.text(r.verdict.text)}**",
         "",

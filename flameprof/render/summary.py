@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import apart_line, idle_note, phase_lines, startup_line, steps_line
+from .report import apart_line, device_time_line, idle_note, phase_lines, startup_line, steps_line
 
 TOP = 8
 
@@ -53,6 +53,8 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             lines.append(f"  apart: {apart_line(r)}")
         if startup_line(r):
             lines.append(f"  startup: {startup_line(r)}")
+        if r.device_time:
+            lines.append(f"  device: {device_time_line(r.device_time)}")
     if r.folded:
         lines.append(f"  memory: {r.folded}")
     if r.deep_learning:

@@ -19,6 +19,8 @@ not changed while the program iterates them. The parts:
   optimizer_steps.py), so the analysis tells the optimizer's own update from the closure's work;
 * ``step`` marks of loops without an optimizer: outermost module calls and ``Tensor.backward``
   (loop_steps.py);
+* ``device`` marks: the device's time at each phase boundary of the loop, stamped without
+  synchronising (device_phases.py);
 * regions where autograd is off (``no_grad``, ``inference_mode``) are marked on the stack
   (grad_regions.py), so the analysis can tell evaluation from training;
 * ``batch`` marks when a DataLoader iterator hands out a batch (``_BaseDataLoaderIter.__next__``
@@ -43,7 +45,7 @@ from types import FrameType
 from typing import Any, cast
 
 from ...model.records import Mark
-from . import compiled_layers, grad_regions, loop_steps, optimizer_steps, scopes
+from . import compiled_layers, device_phases, grad_regions, loop_steps, optimizer_steps, scopes
 from .import_watch import ImportWatch
 from .interning import thread_identity
 from .layers import NAMER
@@ -64,6 +66,8 @@ def _ready(name: str) -> Any:
 
 # Each part of the instrumentation, and the torch module it needs.
 _PARTS = (
+    # first: its optimizer pre-hook runs before the others, so the optimizer's stamp opens its step
+    ("device", "torch"),
     ("layers", "torch.nn.modules.module"),
     ("optimizer", "torch.optim.optimizer"),
     ("dataloader", "torch.utils.data.dataloader"),
@@ -81,9 +85,10 @@ class TorchHooks:
     def __init__(self, sampler: Any, backward_layers: bool = False) -> None:
         self.sampler = sampler
         self._undo: list[Callable[[], None]] = []
-        self._pending = ["layers", "compiled", "optimizer", "dataloader", "loop", "no_grad"]
+        self._pending = ["layers", "compiled", "optimizer", "dataloader", "loop", "no_grad", "device"]
         self._pending += ["backward"] if backward_layers else []
         self.window: Any = None  # a TraceWindow, installed once torch.optim is there
+        self.device: device_phases.DevicePhases | None = None
         self._steps = scopes.LeadingOptimizer()
         self._datasets: dict[int, tuple[Callable[[], Any], str]] = {}
         self._backward = threading.local()
@@ -112,6 +117,10 @@ class TorchHooks:
 
     def _install_no_grad(self, module: Any) -> None:
         self._undo.append(grad_regions.install(module))
+
+    def _install_device(self, module: Any) -> None:
+        self.device, undo = device_phases.install(module, self.sampler.t0)
+        self._undo.append(undo)
 
     def _install_window(self, module: Any) -> None:
         self.window.install(sys.modules["torch"])
