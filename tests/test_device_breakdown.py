@@ -125,6 +125,8 @@ def test_kernel_statistics_and_totals():
     orphan = next(k for k in device["kernels"] if k["name"] == ORPHAN)
     assert orphan["count"] == 1 and orphan["std"] == 0
     assert device["kernels"][0]["name"] == ALL_REDUCE  # the most time first
+    # the collective's kernels by the layer that launched them: c10d::allreduce_ is in none
+    assert device["communication_by_layer"] == {"(no layer)": pytest.approx(3 * 500e-6)}
 
 
 def _cli(*args: str) -> str:

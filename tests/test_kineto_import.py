@@ -297,7 +297,10 @@ def test_ops_view_and_chrome_trace_show_the_window(tmp_path):
     assert stacks["Net.0 (Linear);aten::linear;aten::addmm;sm90_gemm_fwd"] == pytest.approx(200e-6)
     backward = "Net.0 (Linear);autograd::engine::evaluate_function: AddmmBackward0;AddmmBackward0;aten::mm"
     assert stacks[backward + ";sm90_gemm_bwd"] == pytest.approx(100e-6)
-    assert sum(stacks.values()) == pytest.approx(DEVICE_BUSY_US / 1e6)
+    # and the device's idle time under what the host was in then
+    assert stacks["(data);(device idle)"] == pytest.approx(310e-6)
+    assert stacks["Net.0 (Linear);(device idle)"] == pytest.approx(10e-6)
+    assert sum(stacks.values()) == pytest.approx(1000e-6)  # busy and idle: the whole step
     svg = tmp_path / "ops.svg"
     proc = run_flameprof("render", str(path), "--view", "ops", "-o", str(svg))
     assert proc.returncode == 0, proc.stderr
@@ -357,3 +360,42 @@ def test_a_sync_is_named_by_the_python_call_site_the_samples_saw():
     assert sync["sites"] == [
         {"site": "train_step (train.py:50)", "count": 1, "seconds": pytest.approx(100e-6)}
     ]
+
+
+def test_device_idle_goes_to_what_the_host_was_in_and_to_the_python_call_site():
+    """The step's 640 us of device idle: 310 while the host waits for data, 180 around the sync, 70
+    between backward's launch and the optimizer, 70 in the optimizer before its launch, 10 inside
+    the Linear layer (between the copy and the GEMM); with samples, by the program's own frames."""
+    from flameprof.model.builder import ProfileBuilder
+    from flameprof.model.profile import Frame
+
+    traced = load_bytes(json.dumps(gpu_step()).encode(), "gpu.json")
+    device = ops_report(traced).device
+    assert device is not None
+    assert {k: round(v * 1e6, 3) for k, v in device.idle_by_layer.items()} == {
+        "(data)": 310.0,
+        "(sync)": 180.0,
+        "(other)": 70.0,
+        "(optimizer)": 70.0,
+        "Net.0 (Linear)": 10.0,
+    }
+    assert sum(device.idle_by_layer.values()) == pytest.approx(IDLE_US / 1e6)
+    assert device.idle_by_site == {} and device.communication_by_layer == {}  # no samples, no collective
+
+    builder = ProfileBuilder()
+    thread = builder.thread_id(4242, 1, "MainThread")
+    root = builder.frame(Frame("<module>", "/work/train.py", 1))
+    for name, line, times in (
+        ("load_batch", 10, range(20, 300, 20)),
+        ("train_step", 50, range(860, 1000, 20)),
+    ):
+        stack = builder.stack_id([root, builder.frame(Frame(name, "/work/train.py", line))])
+        for t in times:
+            builder.add_sample(t * 1e-6, thread, stack, 20e-6, 0.0)
+    profile = builder.build()
+    profile.trace = traced.trace
+    sites = ops_report(profile).device.idle_by_site
+    assert sites == {
+        "load_batch (train.py:10)": pytest.approx(310e-6),
+        "train_step (train.py:50)": pytest.approx(180e-6),
+    }

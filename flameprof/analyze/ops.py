@@ -159,6 +159,9 @@ class DeviceSection:
     devices: list[DeviceTime]
     kernel_by_layer: dict[str, float]
     kernel_by_phase: dict[str, float]
+    communication_by_layer: dict[str, float]  # collectives' kernel seconds by the launching layer
+    idle_by_layer: dict[str, float]  # the steps' device idle seconds by what the host was in then
+    idle_by_site: dict[str, float]  # the same by the Python call site the loop thread's samples show
     copies: dict[str, CopyStats]
     sync: SyncSection
     idle: IdleCauses | None
@@ -325,11 +328,20 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         steps.append(DeviceStep(a, b - a, 100 * share, 100 * (1 - share)))
     kernel_by_layer: dict[str, float] = defaultdict(float)
     kernel_by_phase: dict[str, float] = defaultdict(float)
-    for layer, phase, seconds in zip(
-        ev["layer"][on_device].tolist(), ev["phase"][on_device].tolist(), ev["dur"][on_device].tolist()
+    communication_by_layer: dict[str, float] = defaultdict(float)
+    communicating = (event_types(trace) == COMMUNICATION)[on_device].tolist()
+    for layer, phase, seconds, comm in zip(
+        ev["layer"][on_device].tolist(),
+        ev["phase"][on_device].tolist(),
+        ev["dur"][on_device].tolist(),
+        communicating,
     ):
         kernel_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
         kernel_by_phase[PHASES[phase]] += seconds
+        if comm:
+            communication_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
+    idle = intervals.minus(intervals.merged(firsts, lasts), busy)
+    idle_by_layer, idle_by_site = _idle_attribution(trace, profile, idle)
     devices = device_times(trace)
     return DeviceSection(
         busy_percent=100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
@@ -340,10 +352,59 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         devices=devices,
         kernel_by_layer=dict(sorted(kernel_by_layer.items(), key=lambda kv: -kv[1])),
         kernel_by_phase=dict(kernel_by_phase),
+        communication_by_layer=_by_seconds(communication_by_layer),
+        idle_by_layer=idle_by_layer,
+        idle_by_site=idle_by_site,
         copies=_copies(trace),
         sync=_syncs(trace, profile),
         idle=_idle_causes(trace, spans, devices),
     )
+
+
+def _by_seconds(seconds: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(seconds.items(), key=lambda kv: -kv[1]))
+
+
+def _idle_attribution(
+    trace: Trace, profile: Profile | None, idle: np.ndarray
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The device's idle intervals (``intervals`` rows) by what the host was in at each one's middle:
+    the innermost op, annotation or runtime call running then (the loop thread's first), named by its
+    layer path,
+    else by its phase in parentheses (``(data)``, ``(sync)``), else ``(no host op)``; and by the
+    Python call site the loop thread's samples show during the interval (when the profile has
+    samples of the program's own code)."""
+    ev = trace.events
+    kind = ev["kind"]
+    host = np.nonzero((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME))[0]
+    if not len(idle):
+        return {}, {}
+    main = Counter(ev["tid"][host].tolist()).most_common(1)[0][0] if len(host) else -1
+    starts, ends, mids = idle[:, 0], idle[:, 1], (idle[:, 0] + idle[:, 1]) / 2
+    lengths = (ends - starts).tolist()
+    labels = []
+    for mid in mids.tolist():
+        found = -1
+        for rows in (host[ev["tid"][host] == main], host[ev["tid"][host] != main]):
+            covering = rows[(ev["start"][rows] <= mid) & (ev["start"][rows] + ev["dur"][rows] >= mid)]
+            if len(covering):  # the innermost: the latest started, the shortest of those
+                found = int(covering[np.lexsort((ev["dur"][covering], -ev["start"][covering]))[0]])
+                break
+        if found < 0:
+            labels.append("(no host op)")
+        elif ev["layer"][found] >= 0:
+            labels.append(trace.names[int(ev["layer"][found])])
+        else:
+            labels.append(f"({PHASES[int(ev['phase'][found])]})")
+    by_layer: dict[str, float] = defaultdict(float)
+    for label, seconds in zip(labels, lengths):
+        by_layer[label] += seconds
+    by_site: dict[str, float] = defaultdict(float)
+    sites = _call_sites(profile, np.full(len(idle), main), starts, ends)
+    for site, seconds in zip(sites, lengths):
+        if site:
+            by_site[site] += seconds
+    return _by_seconds(by_layer), _by_seconds(by_site)
 
 
 def _copies(trace: Trace) -> dict[str, CopyStats]:
@@ -514,12 +575,20 @@ def device_verdict(
 
 
 def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float]:
-    """The ``ops`` view: layer path, then the op and the ops it calls, then (with a device) the kernel.
-    Weighted by device time when the window saw a device, else by each op's self time; ``samples``
-    counts events."""
+    """The ``ops`` view: layer path, then the op and the ops it calls, then (with a device) the kernel,
+    and the device's idle time as ``(device idle)`` under what the host was in then. Weighted by
+    device time when the window saw a device, else by each op's self time; ``samples`` counts
+    events."""
     ev = trace.events
     on_device = np.isin(ev["kind"], DEVICE_KINDS)
     rows = np.nonzero(on_device)[0] if on_device.any() else np.nonzero(ev["kind"] == OP)[0]
+    out: dict[tuple[Frame, ...], float] = {}
+    if on_device.any():  # the device's idle time in the steps, under what the host was in then
+        device = device_table(trace)
+        for label, seconds in (device.idle_by_layer if device else {}).items():
+            kind = "marker" if label.startswith("(") else "layer"
+            key: tuple[Frame, ...] = (Frame(label, kind=kind), Frame("(device idle)", kind="marker"))
+            out[key] = 1.0 if mode == "samples" else seconds
     weights = ev["dur"] if on_device.any() else op_times(trace).self_time
     kinds, parents, names, layers = (
         ev["kind"].tolist(),
@@ -527,7 +596,6 @@ def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float
         ev["name"].tolist(),
         ev["layer"].tolist(),
     )
-    out: dict[tuple[Frame, ...], float] = {}
     for i in rows.tolist():
         weight = 1.0 if mode == "samples" else float(weights[i])
         if weight <= 0:

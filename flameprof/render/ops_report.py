@@ -156,6 +156,13 @@ def device_sentences(device: DeviceSection) -> list[str]:
             f"syncs {idle.sync_percent:.1f}%, is busy {idle.host_percent:.1f}%: {idle.verdict}"
         )
     out.append(f"{device.device_events} device events, {_ms(device.device_seconds)} in all")
+    for what, seconds in (
+        ("device idle in the steps, by what the host was in", device.idle_by_layer),
+        ("device idle in the steps, by the Python call site", device.idle_by_site),
+        ("communication kernels by the layer that launched them", device.communication_by_layer),
+    ):
+        if seconds:
+            out.append(f"{what}: " + ", ".join(f"{name} {_ms(s)}" for name, s in list(seconds.items())[:5]))
     for d in device.devices:
         span = d.span or 1.0
         types = sum(d.by_type.values()) or 1.0
