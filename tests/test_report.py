@@ -328,3 +328,55 @@ def test_run_with_every_format_analyses_and_reports_once(tmp_path):
     svg = (out / "profile.svg").read_text()
     assert ' p="' not in svg and "plegend" not in svg
     assert ' p="' in (out / "profile.html").read_text()
+
+
+def _with_a_slow_step(slow: int = 7, steps: int = 10):
+    """``steps`` steps of 1 s fetch + 3 s in Net.fc; step ``slow`` (1-based) waits 2 s more for data
+    and spends 5 s more in Net.drop."""
+    b = ProfileBuilder({"duration": 0.0})
+    main = b.thread_id(1, 1, "MainThread")
+    ids = {name: b.stack_id([b.frame(f) for f in frames]) for name, frames in STACKS.items()}
+    t = 0.0
+    for k in range(1, steps + 1):
+        b.marks.append(Mark(t, main, "step"))
+        parts = {"fetch": 1.0, "forward": 3.0} | ({"wait": 2.0, "dropout": 5.0} if k == slow else {})
+        for name, seconds in parts.items():
+            t += seconds
+            b.add_sample(t, main, ids[name], seconds, seconds)
+    b.marks.append(Mark(t, main, "step"))
+    b.meta["duration"] = t
+    return b.build()
+
+
+def test_a_slow_step_names_the_phase_and_the_layer_that_grew():
+    report = report_of(_with_a_slow_step())
+    slow = next(n for n in report.steps.notable if n.index == 7)
+    assert slow.kind == "slowest" and slow.wall == pytest.approx(11.0)
+    assert slow.grew_layer is not None and slow.grew_layer.name == "Net.drop (Dropout)"
+    assert slow.grew_layer.step == pytest.approx(5.0)
+    assert slow.grew_phase is not None and slow.grew_phase.name == "forward"  # dropout is forward too
+    # over the steady-state steps' average, steps 2 to 10 (the first is warm-up), the slow one among them
+    assert slow.grew_phase.step - slow.grew_phase.average == pytest.approx(8.0 - (8 * 3.0 + 8.0) / 9)
+    assert "grew: forward +4444.4 ms, Net.drop (Dropout) +4444.4 ms" in render_report(report, "text")
+
+
+def test_one_step_beside_the_average(tmp_path):
+    profile = _with_a_slow_step()
+    report = report_of(profile, step=7)
+    assert report.step is not None and report.step.index == 7 and not report.step.warmup
+    phases = {c.name: c for c in report.step.phases}
+    assert phases["data.wait"].step == pytest.approx(2.0)
+    assert phases["data.wait"].average == pytest.approx(2.0 / 9)  # steady steps: 2 to 10
+    layers = {c.name: c for c in report.step.layers}
+    assert layers["Net.fc (Linear)"].step == pytest.approx(3.0) and layers["Net.fc (Linear)"].average == 3.0
+    assert report.step.ops is None  # no traced window
+    path = tmp_path / "p.flameprof"
+    storage.save(profile, path)
+    proc = run_flameprof("report", str(path), "--step", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert "step 7: 11000.0 ms, steady-state average 4777.8 ms" in proc.stdout
+    md = run_flameprof("report", str(path), "--step", "7", "--format", "markdown").stdout
+    assert "| `Net.drop (Dropout)` | 5000.0 ms | 555.6 ms | +4444.4 ms |" in md
+    data = json.loads(run_flameprof("report", str(path), "--step", "2", "--format", "json").stdout)
+    assert data["step"]["index"] == 2 and data["steps"]["notable"][0]["kind"] == "warm-up"
+    assert_one_error_line(run_flameprof("report", str(path), "--step", "11"), "no step 11")

@@ -52,6 +52,7 @@ class Analysis:
     startup_import_seconds: float = 0.0  # of which in the import system
     import_seconds: float = 0.0  # loop thread, whole run, in the import system
     mode: str = "wall"  # the weights of ``functions``: wall, cpu or samples
+    ancestry: Ancestry | None = None  # of the profile's stack table, for analyses that walk it again
 
     @property
     def loop_seconds(self) -> float:
@@ -130,6 +131,7 @@ def analyze(
         startup_import_seconds=float(wall[startup & importing].sum()),
         import_seconds=float(wall[importing].sum()),
         mode=mode,
+        ancestry=tree,
     )
 
 

@@ -22,6 +22,7 @@ from .device_phases import DeviceTimeSection, device_time
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
 from .phases import Rule
 from .processes import ProcessesSection, analyze_processes, processes_section
+from .step_detail import NotableStep, StepDetail, StepLayers, notable_steps, step_detail
 
 # Version 2: version 1's keys and ``device_time``; what a profile lacks is null (``ops``, ``memory``
 # and ``device`` without a traced window, ``device_time`` without device stamps, ``steps.steady``'s
@@ -77,6 +78,7 @@ class Steps:
     warmup: Warmup
     steady: SteadySteps
     per_step: list[StepRow]
+    notable: list[NotableStep]  # the warm-up steps and the slowest, with what grew in them
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class Report:
     memory: MemorySection | None
     device: DeviceSection | None
     device_time: DeviceTimeSection | None  # the device's time per phase over the whole run
+    step: StepDetail | None  # one step beside the average (``report --step N``)
 
     def basis_phases(self) -> dict[str, Share]:
         """The steady-state steps' phases when there are steady steps, else the whole run's."""
@@ -195,7 +198,7 @@ def _layer_rows(rows: Sequence[Row], total: float, ops: OpsSection | None) -> li
     return out
 
 
-def _steps(analysis: Analysis) -> Steps:
+def _steps(analysis: Analysis, layers: StepLayers) -> Steps:
     steps = analysis.steps
     walls = steps.walls
     steady = walls[steps.steady] if steps.count else walls
@@ -224,6 +227,7 @@ def _steps(analysis: Analysis) -> Steps:
         Warmup(steps.warmup, float(walls[: steps.warmup].sum())),
         steady_stats,
         per_step,
+        notable_steps(analysis, layers),
     )
 
 
@@ -238,8 +242,10 @@ def folded_text(meta: dict[str, object]) -> str:
     )
 
 
-def build_report(profile: Profile, analysis: Analysis, source: str = "") -> Report:
-    """The report of ``profile`` from its ``analysis`` (``breakdown.analyze`` of the same profile)."""
+def build_report(profile: Profile, analysis: Analysis, source: str = "", step: int | None = None) -> Report:
+    """The report of ``profile`` from its ``analysis`` (``breakdown.analyze`` of the same profile);
+    ``step``: one step (1-based) to show beside the average (ValueError when there is no such step)."""
+    layers = StepLayers(analysis)
     processes = analyze_processes(profile, analysis.rules, analysis.sample_phase)
     device_steps = device_time(profile, analysis.steps)
     verdict = judge_on_device(judge(analysis, processes), device_steps)
@@ -256,7 +262,7 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "") -> Repo
         loop_thread=analysis.thread_name,
         deep_learning=analysis.is_deep_learning,
         phases=phase_shares(analysis.phase_seconds),
-        steps=_steps(analysis),
+        steps=_steps(analysis, layers),
         startup=Startup(analysis.startup_seconds, analysis.startup_import_seconds, analysis.import_seconds),
         layers=_layer_rows(analysis.layers, analysis.loop_seconds, traced.ops),
         functions=_rows(analysis.functions, analysis.function_total),
@@ -276,12 +282,18 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "") -> Repo
         memory=traced.memory,
         device=traced.device,
         device_time=device_steps,
+        step=step_detail(analysis, layers, step) if step is not None else None,
     )
 
 
 def report_of(
-    profile: Profile, rules: Sequence[Rule] = (), mode: str = "wall", idle: bool = False, source: str = ""
+    profile: Profile,
+    rules: Sequence[Rule] = (),
+    mode: str = "wall",
+    idle: bool = False,
+    source: str = "",
+    step: int | None = None,
 ) -> Report:
     """The report of a profile analysed on its own (``flameprof report``, the live view); ``idle``:
-    the top functions keep other threads' idle waits."""
-    return build_report(profile, analyze(profile, rules, mode, TOP, idle), source)
+    the top functions keep other threads' idle waits; ``step``: as ``build_report``'s."""
+    return build_report(profile, analyze(profile, rules, mode, TOP, idle), source, step)

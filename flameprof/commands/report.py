@@ -40,6 +40,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="count the idle waits of threads other than the loop's in the top functions "
         "(left out by default: helper threads that sleep all run long)",
     )
+    p.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="also show step N (1 is the first) beside the steady-state average: its phases, layers "
+        "and, when the traced window covers it, ops",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.set_defaults(func=run)
 
@@ -48,14 +55,18 @@ def run(args: argparse.Namespace) -> int:
     from ..analyze.phases import parse_rule
     from ..analyze.report import report_of
     from ..collect.importers.load import load_input
+    from ..errors import FlameprofError
     from ..render.report import render_report
 
     rules = [parse_rule(text) for text in args.phase]  # malformed rules fail before the profile is read
     profile = load_input(args.profile)
-    text = render_report(report_of(profile, rules, args.mode, args.idle, args.profile), args.format)
+    try:
+        report = report_of(profile, rules, args.mode, args.idle, args.profile, args.step)
+    except ValueError as exc:  # no such step
+        raise FlameprofError(f"{args.profile}: {exc}") from None
+    text = render_report(report, args.format)
     if args.output:
         from ..atomic import write_text
-        from ..errors import FlameprofError
 
         try:
             write_text(args.output, text)

@@ -14,7 +14,8 @@ import json
 from dataclasses import asdict
 
 from ..analyze.device_phases import DeviceTimeSection
-from ..analyze.report import REPORT_VERSION, Report, Share, StepRow, Steps
+from ..analyze.report import REPORT_VERSION, Report, Share, Steps
+from ..analyze.step_detail import Change, NotableStep, StepDetail
 from ..model.phase_names import PHASES
 from . import markdown
 from .ops_report import format_ops_markdown, format_ops_text
@@ -144,20 +145,47 @@ def idle_note(r: Report) -> str:
     return f"{_amount(r.idle_left_out, r.unit)} of other threads' idle waits left out (--idle)"
 
 
-def notable_steps(steps: Steps, slowest: int = 3) -> list[tuple[str, int, StepRow]]:
-    """(kind, 1-based index, step) for the warm-up steps and the slowest steady-state steps."""
-    per = steps.per_step
-    out = [("warm-up", i + 1, st) for i, st in enumerate(per) if st.warmup]
-    steady = sorted((i for i, st in enumerate(per) if not st.warmup), key=lambda i: -per[i].wall)
-    return out + [("slowest", i + 1, per[i]) for i in sorted(steady[:slowest])]
-
-
-def step_phase_text(step: StepRow) -> str:
+def step_phase_text(ph: dict[str, float]) -> str:
     """``data 80% forward 12% ...`` of one step's phases (only those it spent time in)."""
-    ph = step.phases
     total = sum(ph.values()) or 1.0
     merged = {"data": ph["data.wait"] + ph["data.fetch"], **{p: ph[p] for p in PHASES if p != "data"}}
     return " ".join(f"{p} {100 * v / total:.0f}%" for p, v in merged.items() if v > 0)
+
+
+def grew_text(step: NotableStep) -> str:
+    """What made a notable step slower than the average: ``data.wait +20.1 ms, Net.fc (Linear) +3.2 ms``."""
+    parts = [f"{c.name} +{_ms(c.step - c.average)}" for c in (step.grew_phase, step.grew_layer) if c]
+    return f"grew: {', '.join(parts)}" if parts else ""
+
+
+def _notable_lines(steps: Steps) -> list[tuple[str, str, str, str, str]]:
+    """(index, kind, wall, phases, what grew) of each notable step."""
+    return [
+        (str(n.index), n.kind, _ms(n.wall), step_phase_text(n.phases), grew_text(n)) for n in steps.notable
+    ]
+
+
+def _change_rows(changes: list[Change], unit: str) -> list[tuple[str, str, str, str]]:
+    """(name, this step, average, difference) cells of a step's phases, layers or ops."""
+    return [
+        (c.name, _ms(c.step), _ms(c.average), f"{1000 * (c.step - c.average):+.1f} ms")
+        if unit == "s"
+        else (c.name, _amount(c.step, unit), _amount(c.average, unit), f"{c.step - c.average:+g}")
+        for c in changes
+        if c.step > 0 or c.average > 0
+    ]
+
+
+def _step_tables(d: StepDetail, unit: str) -> list[tuple[str, list[tuple[str, str, str, str]]]]:
+    tables = [("phase", _change_rows(d.phases, unit)), ("layer", _change_rows(d.layers, unit))]
+    if d.ops is not None:
+        tables.append(("op (traced window)", _change_rows(d.ops, unit)))
+    return tables
+
+
+def step_heading(d: StepDetail) -> str:
+    kind = "warm-up step" if d.warmup else "step"
+    return f"{kind} {d.index}: {_ms(d.wall)}, steady-state average {_ms(d.average_wall)}"
 
 
 def _steady(r: Report) -> dict[str, Share] | None:
@@ -181,10 +209,18 @@ def format_text(r: Report, top: int = TOP) -> str:
     out += ["", "phases (loop thread wall time)            run     steady steps"]
     for name, secs, pct, st in phase_lines(r.phases, _steady(r), r.unit):
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
-    notable = notable_steps(r.steps)
+    notable = _notable_lines(r.steps)
     if notable:
         out += ["", "notable steps:"]
-        out += [f"  #{i:<5} {kind:<8} {_ms(st.wall):>10}  {step_phase_text(st)}" for kind, i, st in notable]
+        out += [
+            f"  #{i:<5} {kind:<8} {wall:>10}  {phases}  {grew}".rstrip()
+            for i, kind, wall, phases, grew in notable
+        ]
+    if r.step:
+        out += ["", step_heading(r.step)]
+        for what, rows in _step_tables(r.step, r.unit):
+            out.append(f"  {what:<44} {'this step':>12} {'average':>12} {'change':>10}")
+            out += [f"    {name[:42]:<42} {a:>12} {b:>12} {c:>10}" for name, a, b, c in rows]
     out += ["", f"verdict: {r.verdict.text}"]
     if r.verdict.device:
         out.append(f"  on the device (traced window): {r.verdict.device.text}")
@@ -238,10 +274,21 @@ def format_markdown(r: Report, top: int = TOP) -> str:
     ]
     for name, secs, pct, st in phase_lines(r.phases, _steady(r), r.unit):
         out.append(f"| {name.strip()} | {secs} | {pct} | {st} |")
-    notable = notable_steps(r.steps)
+    notable = _notable_lines(r.steps)
     if notable:
-        out += ["", "## Notable steps", "", "| step | kind | wall | phases |", "| ---: | --- | ---: | --- |"]
-        out += [f"| {i} | {kind} | {_ms(st.wall)} | {step_phase_text(st)} |" for kind, i, st in notable]
+        out += [
+            "",
+            "## Notable steps",
+            "",
+            "| step | kind | wall | phases | what grew |",
+            "| ---: | --- | ---: | --- | --- |",
+        ]
+        out += [f"| {' | '.join(markdown.text(cell) for cell in row)} |" for row in notable]
+    if r.step:
+        out += ["", f"## {markdown.text(step_heading(r.step)).capitalize()}"]
+        for what, rows in _step_tables(r.step, r.unit):
+            out += ["", f"| {what} | this step | average | change |", "| --- | ---: | ---: | ---: |"]
+            out += [f"| {markdown.code(name)} | {a} | {b} | {c} |" for name, a, b, c in rows]
     if r.layers:
         out += [
             "",
