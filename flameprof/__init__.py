@@ -15,6 +15,7 @@ _EXPORTS = {
     "scope_start": "collect.engine.scopes",
     "scope_end": "collect.engine.scopes",
     "step": "collect.engine.scopes",
+    "check_folding": "fold_check",
 }
 __all__ = ["__version__", *_EXPORTS]
 

@@ -3,7 +3,6 @@ named only when the profile shows what it assumes."""
 
 from __future__ import annotations
 
-import pytest
 from test_report import STACKS, TORCH, stepped
 
 from flameprof.analyze.report import report_of
@@ -122,24 +121,6 @@ def test_module_call_overhead_from_ten_percent_of_forward():
         assert not has(stepped({"forward": 95, "dispatch": 5}), "Python overhead")
     finally:
         del STACKS["dispatch"]
-
-
-@pytest.mark.parametrize(
-    ("layer", "text"),
-    [("dropout", "Dropout takes"), ("batchnorm", "BatchNorm takes")],
-)
-def test_dropout_and_batchnorm_advice_only_in_inference(layer, text):
-    STACKS["batchnorm"] = [
-        *STACKS["forward"][:2],
-        Frame("Net.bn (BatchNorm2d)", kind="layer"),
-        Frame("BatchNorm2d.forward", TORCH + "nn/modules/batchnorm.py", 150),
-    ]
-    try:
-        assert has(stepped({"forward": 90, layer: 10}), text)
-        assert not has(stepped({"forward": 80, layer: 10, "backward": 10}), text)  # training
-        assert not has(stepped({"forward": 99, layer: 1}), text)  # under 2% of forward
-    finally:
-        del STACKS["batchnorm"]
 
 
 def test_a_compute_bound_loop_gets_no_advice():

@@ -27,7 +27,6 @@ MODERATELY = 0.05
 SYNC_ADVICE = 0.02  # host syncs worth a note, share of the basis
 COMM_ADVICE = 0.10  # collective waits worth a note
 DISPATCH_ADVICE = 0.10  # nn.Module call machinery, share of forward
-NORM_ADVICE = 0.02  # BatchNorm / Dropout in inference, share of forward
 WORKER_START_ADVICE = 0.01
 WORKERS_BUSY = 0.5  # workers building batches this share of the loop's waits: more of them would help
 
@@ -234,21 +233,4 @@ def _forward_advice(analysis: Analysis) -> list[str]:
             f"{100 * dispatch / forward:.0f}% of forward is Python overhead in nn.Module calls (hooks, "
             "_call_impl): use fewer, larger modules, larger batches, or torch.compile to fuse them."
         )
-    training = (
-        analysis.phase_seconds[[LEAF_PHASES.index("backward"), LEAF_PHASES.index("optimizer")]].sum() > 0
-    )
-    if training:
-        return out
-    bn = analysis.seconds_where(stack_has(p, _file_is("torch/nn/modules/batchnorm.py")), ["forward"])
-    drop = analysis.seconds_where(stack_has(p, _file_is("torch/nn/modules/dropout.py")), ["forward"])
-    if drop / forward >= NORM_ADVICE:
-        out.append(
-            f"Dropout takes {100 * drop / forward:.1f}% of forward in a loop without backward: call "
-            "model.eval() (Dropout is free in eval mode) and run under torch.inference_mode()."
-        )
-    if bn / forward >= NORM_ADVICE:
-        out.append(
-            f"BatchNorm takes {100 * bn / forward:.1f}% of forward in inference: after model.eval(), fuse it "
-            "into the preceding convolution (torch.ao.quantization.fuse_modules or torch.compile)."
-        )
-    return out
+    return out  # what to change in the model's graph: graph_advice.py

@@ -19,6 +19,7 @@ from ..model.profile import Profile
 from .advice import HIGHLY, MODERATELY, judge, judge_on_device
 from .breakdown import Analysis, Row, analyze
 from .device_phases import DeviceTimeSection, device_time
+from .graph_advice import GraphAdvice, graph_advice
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
 from .phases import Rule
 from .processes import ProcessesSection, analyze_processes, processes_section
@@ -153,6 +154,7 @@ class Report:
     device: DeviceSection | None
     device_time: DeviceTimeSection | None  # the device's time per phase over the whole run
     step: StepDetail | None  # one step beside the average (``report --step N``)
+    graph_advice: list[GraphAdvice]  # what to change in the model's graph, and what it would save
 
     def basis_phases(self) -> dict[str, Share]:
         """The steady-state steps' phases when there are steady steps, else the whole run's."""
@@ -283,7 +285,13 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "", step: i
         device=traced.device,
         device_time=device_steps,
         step=step_detail(analysis, layers, step) if step is not None else None,
+        graph_advice=graph_advice(analysis, layers.names, layers.average, _steady_wall(analysis)),
     )
+
+
+def _steady_wall(analysis: Analysis) -> float:
+    steps = analysis.steps
+    return float(steps.walls[steps.steady].mean()) if steps.count and steps.steady.any() else 0.0
 
 
 def report_of(

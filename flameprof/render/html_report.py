@@ -164,6 +164,13 @@ def render_html(r: Report, profile: Profile, options: OutputOptions, tree: CallT
             ),
             f'<section class="verdict {_e(r.verdict.level)}" id="fp-verdict"><p>{_e(r.verdict.text)}</p>'
             f"{'<ul>' + advice + '</ul>' if advice else ''}</section>\n",
+            (
+                '<h2>Graph advice</h2><ul id="fp-graph-advice">'
+                + "".join(f"<li>{_e(a.text)}</li>" for a in r.graph_advice)
+                + "</ul>\n"
+                if r.graph_advice
+                else ""
+            ),
             "<h2>Breakdown by phase (loop thread)</h2>",
             _phase_bar(r.phases),
             _phase_table(r),

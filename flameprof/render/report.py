@@ -225,6 +225,9 @@ def format_text(r: Report, top: int = TOP) -> str:
     if r.verdict.device:
         out.append(f"  on the device (traced window): {r.verdict.device.text}")
     out += [f"  - {a}" for a in r.verdict.advice]
+    if r.graph_advice:
+        out += ["", "graph advice (what to change in the model, and what it would save):"]
+        out += [f"  - {a.text}" for a in r.graph_advice]
     if r.processes:
         out += ["", "processes:"] + [f"  {line}" for line in r.processes.lines]
     if r.layers:
@@ -263,6 +266,8 @@ def format_markdown(r: Report, top: int = TOP) -> str:
     if r.verdict.device:
         out += [f"On the device (traced window): {markdown.text(r.verdict.device.text)}", ""]
     out += [f"- {markdown.text(a)}" for a in r.verdict.advice]
+    if r.graph_advice:
+        out += ["", "## Graph advice", ""] + [f"- {markdown.text(a.text)}" for a in r.graph_advice]
     if r.processes:
         out += ["", "## Processes", ""] + [f"- {markdown.text(line)}" for line in r.processes.lines]
     out += [
