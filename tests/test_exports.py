@@ -355,7 +355,7 @@ def test_a_runs_outputs_and_summary_share_one_analysis(tmp_path, monkeypatch):
     monkeypatch.setattr(breakdown, "phase_of_samples", counting("classify", breakdown.phase_of_samples))
     profile = training_profile(TICKS, steps=3)
     rendering = Rendering(
-        profile, OutputOptions(formats=("speedscope", "chrome", "pprof", "firefox", "html"))
+        profile, OutputOptions(formats=("speedscope", "chrome", "pprof", "firefox", "html", "memory"))
     )
     paths = write_outputs(rendering, str(tmp_path))
     summary = format_summary(rendering, paths)

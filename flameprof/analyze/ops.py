@@ -85,8 +85,8 @@ class OpsSection:
 @dataclass
 class MemoryLayer:
     name: str
-    allocated: float  # bytes allocated in the layer's ops
-    held: float  # bytes its forward allocated and did not free within the window
+    allocated: float  # bytes allocated in the layer's own ops
+    held: float  # bytes its forward (its sub-layers' included) allocated and did not free, at least 0
 
 
 @dataclass
@@ -288,6 +288,7 @@ def memory_table(trace: Trace) -> MemorySection | None:
         op = int(ev["parent"][op])
     per_layer: dict[str, MemoryLayer] = {}
     forward = PHASES.index("forward")
+    held: dict[str, float] = defaultdict(float)  # per layer path, its subtree's net forward bytes
     for r in rows.tolist():
         e = int(mem["event"][r])
         if e < 0 or ev["layer"][e] < 0:
@@ -298,7 +299,14 @@ def memory_table(trace: Trace) -> MemorySection | None:
         if delta > 0:
             entry.allocated += delta
         if ev["phase"][e] == forward:
-            entry.held += delta
+            path = name.split(" (", 1)[0]
+            while path:  # the layer and every layer around it
+                held[path] += delta
+                path = path.rpartition(".")[0]
+    for entry in per_layer.values():
+        # what its forward (its sub-layers' included) allocated less what it freed: what it keeps
+        # for backward; a layer that freed more than it allocated (its inputs) keeps nothing
+        entry.held = max(held[entry.name.split(" (", 1)[0]], 0.0)
     return MemorySection(
         "cpu" if device < 0 else f"device {device}",
         float(total.max()),

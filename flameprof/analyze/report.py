@@ -20,6 +20,7 @@ from .advice import HIGHLY, MODERATELY, judge, judge_on_device
 from .breakdown import Analysis, Row, analyze
 from .device_phases import DeviceTimeSection, device_time
 from .graph_advice import GraphAdvice, graph_advice
+from .memory_flow import MemoryFlow, memory_flow
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
 from .phases import Rule
 from .processes import ProcessesSection, analyze_processes, processes_section
@@ -155,6 +156,7 @@ class Report:
     device_time: DeviceTimeSection | None  # the device's time per phase over the whole run
     step: StepDetail | None  # one step beside the average (``report --step N``)
     graph_advice: list[GraphAdvice]  # what to change in the model's graph, and what it would save
+    memory_flow: MemoryFlow | None  # the traced window's memory over time, by allocating layer
 
     def basis_phases(self) -> dict[str, Share]:
         """The steady-state steps' phases when there are steady steps, else the whole run's."""
@@ -286,6 +288,7 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "", step: i
         device_time=device_steps,
         step=step_detail(analysis, layers, step) if step is not None else None,
         graph_advice=graph_advice(analysis, layers.names, layers.average, _steady_wall(analysis)),
+        memory_flow=memory_flow(profile.trace) if profile.trace is not None else None,
     )
 
 

@@ -131,7 +131,7 @@ def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] =
         type=export_formats,
         default=(),
         metavar="LIST",
-        help="also write these formats, comma-separated: speedscope, chrome, pprof, html "
+        help="also write these formats, comma-separated: speedscope, chrome, pprof, firefox, html, memory "
         "(svg, folded and flameprof are accepted too), or all",
     )
 

@@ -165,6 +165,12 @@ def _firefox(r: Rendering) -> str:
     )
 
 
+def _memory(r: Rendering) -> str:
+    from .memory_svg import memory_svg
+
+    return memory_svg(r.report.memory_flow)
+
+
 def _html(r: Rendering) -> str:
     from .html_report import render_html
 
@@ -182,6 +188,7 @@ FORMATS: dict[str, Format] = {
         Format("pprof", ".pb.gz", _pprof),
         _text_format("firefox", ".firefox.json", _firefox),
         _text_format("html", ".html", _html),
+        _text_format("memory", ".memory.svg", _memory),
     )
 }
 STANDARD = tuple(name for name, f in FORMATS.items() if f.standard)

@@ -10,6 +10,7 @@ import numpy as np
 from ..analyze.report import Report
 from ..model.counters import TORCH_ALLOCATED_BYTES
 from ..model.profile import Profile
+from .memory_svg import memory_svg
 from .ops_report import device_sentences, kernel_cells, peak_place
 
 TOP = 15
@@ -88,6 +89,7 @@ def traced_window_html(r: Report, profile: Profile) -> str:
             f"{memory.peak / 1e6:.2f} MB at {_e(peak_place(r))}.</p>"
         )
         parts.append(memory_chart(profile))
+        parts.append(memory_svg(r.memory_flow, standalone=False))
     if device:
         items = "".join(f"<li>{_e(line)}</li>" for line in device_sentences(device))
         parts.append(
