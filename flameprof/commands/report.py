@@ -17,9 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("text", "markdown", "json"),
+        choices=("text", "markdown", "json", "csv"),
         default="text",
-        help="output format (default: text); json has stable keys for scripts and CI",
+        help="output format (default: text); json has stable keys for scripts and CI; csv with --ops",
     )
     p.add_argument(
         "--phase",
@@ -47,6 +47,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also show step N (1 is the first) beside the steady-state average: its phases, layers "
         "and, when the traced window covers it, ops",
     )
+    ops = p.add_argument_group("the op table of the traced window (--ops)")
+    ops.add_argument(
+        "--ops",
+        action="store_true",
+        help="instead of the report, the traced window's ops: calls, self and total time (the device's "
+        "when it saw one), FLOPs, FLOP/s, bytes moved, bandwidth, shapes and layer, per traced step",
+    )
+    ops.add_argument("--top", type=int, metavar="N", help="the first N rows only")
+    ops.add_argument(
+        "--aggregate-by", choices=("name", "type", "layer"), default="name", help="(default: name)"
+    )
+    ops.add_argument(
+        "--order-by", choices=("time", "flops", "memory", "bandwidth"), default="time", help="(default: time)"
+    )
+    ops.add_argument(
+        "--min-time", type=float, default=0.0, metavar="MS", help="rows of at least MS self time a step"
+    )
+    ops.add_argument("--match", metavar="REGEX", help="rows whose op, type or layer matches REGEX")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.set_defaults(func=run)
 
@@ -59,14 +77,44 @@ def run(args: argparse.Namespace) -> int:
     from ..render.report import render_report
 
     rules = [parse_rule(text) for text in args.phase]  # malformed rules fail before the profile is read
+    if args.format == "csv" and not args.ops:
+        raise FlameprofError("--format csv is the op table's: add --ops")
     profile = load_input(args.profile)
+    if args.ops:
+        return _write(args, _op_table(args, profile))
     try:
         report = report_of(profile, rules, args.mode, args.idle, args.profile, args.step)
     except ValueError as exc:  # no such step
         raise FlameprofError(f"{args.profile}: {exc}") from None
-    text = render_report(report, args.format)
+    return _write(args, render_report(report, args.format))
+
+
+def _op_table(args: argparse.Namespace, profile: object) -> str:
+    import re
+
+    from ..analyze.op_table import op_table
+    from ..errors import FlameprofError
+    from ..render.op_table_report import format_op_table
+
+    trace = getattr(profile, "trace", None)
+    if trace is None or not trace.num_events:
+        raise FlameprofError(
+            f"{args.profile} has no traced window: record one with 'run --trace-steps', or import a "
+            "torch.profiler trace"
+        )
+    if args.match:
+        try:
+            re.compile(args.match)
+        except re.error as exc:
+            raise FlameprofError(f"--match {args.match!r}: {exc}") from None
+    table = op_table(trace, args.aggregate_by, args.order_by, args.top, args.min_time / 1e3, args.match)
+    return format_op_table(table, args.format)
+
+
+def _write(args: argparse.Namespace, text: str) -> int:
     if args.output:
         from ..atomic import write_text
+        from ..errors import FlameprofError
 
         try:
             write_text(args.output, text)
