@@ -67,6 +67,17 @@ def test_op_types_and_output_shapes():
     assert output_shape("aten::linear", [[2, 7, 64], [128, 64], [128]]) == [2, 7, 128]
     assert output_shape("aten::relu", [[3, 5]]) == [3, 5]
     assert output_shape("aten::convolution", [[1, 3, 8, 8], [4, 3, 3, 3]]) is None
+    assert output_shape("aten::cat", [[[12, 64], [12, 64]], []]) is None  # a tensor list: not inferred
+
+
+def test_a_tensor_list_input_counts_each_tensor():
+    from flameprof.analyze.op_table import _bytes
+
+    assert _bytes("aten::cat", "[[[12, 64, 128], [12, 64, 128]], []]", "") == (4 * 2 * 12 * 64 * 128, "")
+    assert _bytes("aten::add", "[[8, 4], [8, 4], []]", '["c10::BFloat16", "c10::BFloat16", "Scalar"]') == (
+        2 * 3 * 32,
+        "[8, 4]",
+    )
 
 
 def test_the_cli_in_every_format(tmp_path):

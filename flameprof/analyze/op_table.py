@@ -100,7 +100,7 @@ def _parse(text: str) -> list[Any]:
 
 def output_shape(name: str, dims: list[Any]) -> list[int] | None:
     """The output's shape where it follows from the inputs' (``dims``), else None."""
-    shapes = [d for d in dims if isinstance(d, list)]
+    shapes = [d for d in dims if isinstance(d, list) and all(isinstance(v, int) for v in d)]
     kind = op_type(name)
     if kind in _SAME_SHAPE and shapes and shapes[0]:
         return list(shapes[0])
@@ -118,14 +118,23 @@ def output_shape(name: str, dims: list[Any]) -> list[int] | None:
     return None
 
 
+def _elements(dims: object) -> float:
+    """Elements of one recorded input: a shape (``[12, 64]``), a list of shapes (a tensor list, as
+    ``aten::cat`` takes), or a scalar (``[]``: none counted)."""
+    if not isinstance(dims, list) or not dims:
+        return 0.0
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in dims):
+        return float(math.prod(dims))
+    return sum(_elements(d) for d in dims if isinstance(d, list))
+
+
 def _bytes(name: str, shapes: str, types: str) -> tuple[float, str]:
     """Bytes of the inputs and the output, and the output's shape as text ("" when unknown)."""
     dims, dtypes = _parse(shapes), _parse(types)
     sizes = [_DTYPE_BYTES.get(t, 4) if isinstance(t, str) else 4 for t in dtypes] or [4]
     total = 0.0
     for k, d in enumerate(dims):
-        if isinstance(d, list) and d:
-            total += math.prod(d) * sizes[min(k, len(sizes) - 1)]
+        total += _elements(d) * sizes[min(k, len(sizes) - 1)]
     out = output_shape(name, dims)
     if out is not None:
         total += math.prod(out) * sizes[0]
