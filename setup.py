@@ -16,8 +16,21 @@ setup(
     ext_modules=[
         Extension(
             "flameprof._native",
-            sources=["native/sampler.c", "native/steps.c", "native/interp_internals.c"],
-            depends=["native/interp_internals.h", "native/steps.h"],
+            sources=[
+                "native/sampler.c",
+                "native/clock.c",
+                "native/hash_map.c",
+                "native/steps.c",
+                "native/interp_internals.c",
+            ],
+            depends=[
+                "native/sampler.h",
+                "native/clock.h",
+                "native/hash_map.h",
+                "native/growable.h",
+                "native/steps.h",
+                "native/interp_internals.h",
+            ],
             extra_compile_args=[*STRICT, "-std=c99", "-Wno-missing-field-initializers"],
             optional=True,
         ),

@@ -10,9 +10,9 @@
  * - the GIL's holder, its drop request and its mutex: at a tick when a thread other than the main
  *   one holds the GIL, the clock asks it to let the GIL go at its next bytecode boundary and
  *   samples while holding the GIL's mutex with the GIL free, so that the sample shows every thread
- *   where it was at the tick (flameprof_gil_freeze(); sampler.c, sample_frozen()).
+ *   where it was at the tick (flameprof_gil_freeze(); clock.c, sample_frozen()).
  * - the GIL switch interval (3.12+), which the clock lowers for its own wait (see acquire_gil()
- *   in sampler.c): 3.12's _PyEval_SetSwitchInterval() finds the interpreter through the calling
+ *   in clock.c): 3.12's _PyEval_SetSwitchInterval() finds the interpreter through the calling
  *   thread's current thread state, which a thread waiting for the GIL does not have, and 3.13
  *   keeps it internal.
  * - a thread's interpreter frames (3.11+), walked in place: PyThreadState_GetFrame() and
