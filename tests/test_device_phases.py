@@ -127,7 +127,8 @@ def test_stamps_become_marks_in_order_once_the_device_passed_them():
         for name in device_phases.BOUNDARIES * 3:
             phases.boundary(name)
         device = [m for m in builder.marks if m.name == device_phases.MARK]
-        assert len(device) == 18 - 6  # the last ones are not passed yet: no wait for them
+        taken = 3 * len(device_phases.BOUNDARIES)
+        assert len(device) == taken - 6  # the last ones are not passed yet: no wait for them
         values = [m.value.split() for m in device]
         assert [v[0] for v in values] == list(device_phases.BOUNDARIES * 3)[: len(values)]
         stamps = [float(v[1]) for v in values]
@@ -203,3 +204,31 @@ def test_the_stamps_hooks_are_removed_when_profiling_stops(monkeypatch):
         len(_global_optimizer_post_hooks),
     )
     assert after == before
+
+
+def test_a_loop_without_a_dataloader_gets_its_forward_from_the_outermost_module(monkeypatch):
+    """As nanoGPT's loop: batches indexed from a tensor, no DataLoader; the outermost module's call
+    opens the forward."""
+    monkeypatch.setenv(device_phases.ENV, "host")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 256))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = torch.randn(64, 8, 256)
+    forward, backward = [], []
+    with Profiler(rate=100) as prof:
+        for i in range(40):
+            x = data[i % 64]
+            t0 = now()
+            loss = (model(x) ** 2).mean()
+            t1 = now()
+            loss.backward()
+            t2 = now()
+            opt.step()
+            opt.zero_grad()
+            forward.append(t1 - t0)
+            backward.append(t2 - t1)
+    d = report_of(prof.profile).device_time
+    assert d is not None and d.steps >= 30
+    assert d.device["forward"] == pytest.approx(np.mean(forward[-d.steps :]), rel=0.1, abs=3e-4)
+    assert d.device["backward"] == pytest.approx(np.mean(backward[-d.steps :]), rel=0.1, abs=3e-4)
+    assert d.device["data.wait"] == 0.0  # no DataLoader: no wait stamped

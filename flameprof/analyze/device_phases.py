@@ -7,7 +7,9 @@ Two consecutive stamps bound a segment, named for the boundary that opens it: af
 waits for a batch and launches nothing, so the device's elapsed time there is its idle time waiting
 for data (``data.wait``); after ``batch`` it runs the forward (and the loss) until ``backward``, then
 the backward, the optimizer between ``optimizer`` and ``optimizer_end``, and ``other`` work between
-the others. A segment belongs to the step its opening stamp falls in. The device's lag behind the
+the others (the outermost module's forward opens a forward too, in a loop without a DataLoader). A
+segment belongs to the step its opening stamp falls in; steps with an evaluation or a checkpoint in
+them are left out. The device's lag behind the
 host at a stamp is its time there less the host's, less the smallest such lag of the run: near 0,
 the device had nothing queued when the host got there (it waited for the host to launch work).
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Profile
 from .steps import StepTable
 
@@ -26,6 +29,7 @@ SEGMENTS = ("data.wait", "forward", "backward", "optimizer", "other")
 _OPENS = {
     "data": "data.wait",
     "batch": "forward",
+    "forward": "forward",
     "backward": "backward",
     "backward_end": "other",
     "optimizer": "optimizer",
@@ -76,8 +80,13 @@ def device_time(profile: Profile, steps: StepTable) -> DeviceTimeSection | None:
         return None
     step_of = np.searchsorted(steps.bounds, host[:-1], "right") - 1  # the step each segment opens in
     inside = (step_of >= 0) & (step_of < steps.count)
+    # steady-state steps without an evaluation or a checkpoint in them (those are no training)
+    apart = (
+        steps.phase_seconds[:, [LEAF_PHASES.index("eval"), LEAF_PHASES.index("checkpoint")]].sum(axis=1) > 0
+    )
+    counted = steps.steady & ~apart
     steady = np.zeros(len(step_of), dtype=bool)
-    steady[inside] = steps.steady[step_of[inside]]
+    steady[inside] = counted[step_of[inside]]
     measured = np.unique(step_of[steady])
     if not len(measured):
         return None

@@ -3,14 +3,14 @@ boundary the torch hooks see, read back once the device has passed it, never by 
 
 On a GPU, kernels run behind the host: the host's stacks show launches, and the device's own time
 shows only in events it stamps as its stream reaches them. At each boundary (a DataLoader wait
-begins and ends, ``Tensor.backward`` begins and ends, an optimizer's ``step`` begins and ends) a
-clock stamps the current stream; stamps are polled in order at the next boundaries (``query``, never
-``synchronize``) and each one the device has passed becomes a ``device`` mark: at the host time of
-the boundary, with the boundary's name and the device's time there (seconds on the sampler's time
-base: the first stamp's host time plus the device time elapsed since it); a ``device_clock`` mark
-names the clock. Between two stamps with
-no launch in between (a data wait) the device's elapsed time is its idle time; between the others,
-the device's time in that phase (analyze/device_phases.py).
+begins and ends, the outermost module's forward begins, ``Tensor.backward`` begins and ends, an
+optimizer's ``step`` begins and ends) a clock stamps the current stream; stamps are polled in order
+at the next boundaries (``query``, never ``synchronize``) and each one the device has passed becomes
+a ``device`` mark: at the host time of the boundary, with the boundary's name and the device's time
+there (seconds on the sampler's time base: the first stamp's host time plus the device time elapsed
+since it); a ``device_clock`` mark names the clock. Between two stamps with no launch in between (a
+data wait) the device's elapsed time is its idle time; between the others, the device's time in
+that phase (analyze/device_phases.py).
 
 Clocks: ``cuda`` (``torch.cuda.Event``s on the current stream, once the program has initialised
 CUDA) and ``host`` (real host time: on a CPU the device is the host, so the same bookkeeping runs,
@@ -34,8 +34,11 @@ from . import scopes
 ENV = "FLAMEPROF_DEVICE_TIME"
 MARK = "device"  # the marks' name; value: ``<boundary> <device seconds>``
 CLOCK_MARK = "device_clock"  # once, when the clock is chosen; value: its name
-BOUNDARIES = ("data", "batch", "backward", "backward_end", "optimizer", "optimizer_end")
+BOUNDARIES = ("data", "batch", "forward", "backward", "backward_end", "optimizer", "optimizer_end")
 MAX_PENDING = 4096  # stamps the device has not reached yet; past it new ones are not taken
+
+
+ACTIVE: DevicePhases | None = None  # the session's stamps, for the outermost module's forward (loop_steps.py)
 
 
 class Clock(Protocol):
@@ -175,8 +178,13 @@ def install(torch: Any, t0: float) -> tuple[DevicePhases | None, Callable[[], No
     iterator.__next__ = __next__
     torch.Tensor.backward = stamped_backward
     hooks = [add_pre(lambda *_: at("optimizer")), add_post(lambda *_: at("optimizer_end"))]
+    global ACTIVE
+    ACTIVE = phases
 
     def undo() -> None:
+        global ACTIVE
+        if ACTIVE is phases:
+            ACTIVE = None
         for hook in hooks:
             hook.remove()
         if torch.Tensor.__dict__.get("backward") is stamped_backward:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import scopes
+from . import device_phases, scopes
 from .layers import NAMER
 
 
@@ -39,6 +39,9 @@ def install(torch: Any) -> Callable[[], None]:
         if getattr(depth, "n", 0):
             return call(self, *args, **kwargs)
         depth.n = 1
+        stamp = device_phases.ACTIVE
+        if stamp is not None:  # the device's time at the outermost module's forward
+            stamp.boundary("forward")
         try:
             return call(self, *args, **kwargs)
         finally:
