@@ -1,4 +1,4 @@
-# Types of flameprof._native, the C sampler (native/sampler.c, native/steps.c).
+# Types of flameprof._native, the C sampler (native/sampler.c, clock.c, hash_map.c, steps.c).
 from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, final

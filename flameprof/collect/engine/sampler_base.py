@@ -17,7 +17,7 @@ from types import CodeType, FrameType
 from ...model.builder import ProfileBuilder
 from ...model.records import Frame
 
-TICK_JITTER = 0.25  # how far into its interval a tick may fall (native/sampler.c)
+TICK_JITTER = 0.25  # how far into its interval a tick may fall (native/clock.c)
 
 # Every signal but the faults a thread causes itself (faulthandler reports those).
 ASYNC_SIGNALS = signal.valid_signals() - {
@@ -181,7 +181,7 @@ class SamplerBase:
 
     def _loop(self) -> None:
         """One tick at a random point of the first quarter of each interval, as the C clock does
-        (``next_tick`` and ``TICK_JITTER`` in native/sampler.c): a loop whose period settles on a
+        (``next_tick`` and ``TICK_JITTER`` in native/clock.c): a loop whose period settles on a
         multiple of the interval is not seen at the same few points of its period."""
         interval = self.interval
         wait = self._stop.wait
