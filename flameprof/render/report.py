@@ -132,7 +132,7 @@ def device_time_line(d: DeviceTimeSection) -> str:
         f"{name} {_ms(d.device[name])}" for name in ("forward", "backward", "optimizer", "other")
     )
     return (
-        f"{_ms(d.step_seconds)} per step ({clock}, {d.steps} steady steps): {work}; "
+        f"{_ms(d.step_seconds)} a step on average ({clock}, {d.steps} steady steps): {work}; "
         f"idle while the host waits for data {_ms(d.device['data.wait'])} ({d.data_wait_percent:.1f}%); "
         f"{_ms(d.lag_seconds)} behind the host at the step's end"
     )
