@@ -9,7 +9,8 @@ from html import escape
 from ..analyze.memory_flow import MemoryFlow
 
 WIDTH, HEIGHT = 1000, 260
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 24
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 40, 24
+COLUMNS, COLUMN_W, LABEL = 3, 310, 48  # the legend: entries a row, their width, characters shown
 LEGEND_ROW = 16
 COLORS = (
     "#bdbdbd",
@@ -39,7 +40,7 @@ def memory_svg(flow: MemoryFlow | None, standalone: bool = True) -> str:
             "torch.profiler trace with profile_memory=True.</text></svg>\n"
         )
     names = list(flow.bands)
-    height = HEIGHT + LEGEND_ROW * ((len(names) + 3) // 4)
+    height = HEIGHT + 16 + LEGEND_ROW * ((len(names) + COLUMNS - 1) // COLUMNS)
     times = flow.times
     t0, span = times[0], (times[-1] - times[0]) or 1.0
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -69,14 +70,17 @@ def memory_svg(flow: MemoryFlow | None, standalone: bool = True) -> str:
     parts.append(
         f'<line x1="{px:.1f}" y1="{py:.1f}" x2="{px:.1f}" y2="{TOP + plot_h}" stroke="#000" '
         'stroke-dasharray="3,2"/>'
-        f'<text x="{px + (-4 if anchor == "end" else 4):.1f}" y="{max(py - 4, 12):.1f}" '
+        f'<text x="{px + (-4 if anchor == "end" else 4):.1f}" y="{max(py - 4, TOP - 6):.1f}" '
         f'text-anchor="{anchor}" font-weight="bold">peak {_mb(flow.peak)} at {escape(where)}</text>'
     )
+    cells = [
+        (LEFT + (k % COLUMNS) * COLUMN_W, HEIGHT + 16 + (k // COLUMNS) * LEGEND_ROW)
+        for k in range(len(names))
+    ]
     legend = "".join(
-        f'<rect x="{LEFT + (k % 4) * 235}" y="{HEIGHT + (k // 4) * LEGEND_ROW - 10}" width="10" height="10" '
-        f'fill="{COLORS[k % len(COLORS)]}"/><text x="{LEFT + (k % 4) * 235 + 14}" '
-        f'y="{HEIGHT + (k // 4) * LEGEND_ROW}">{escape(name[:36])}</text>'
-        for k, name in enumerate(names)
+        f'<rect x="{lx}" y="{ly - 10}" width="10" height="10" fill="{COLORS[k % len(COLORS)]}"/>'
+        f'<text x="{lx + 14}" y="{ly}">{escape(name[:LABEL])}</text>'
+        for k, (name, (lx, ly)) in enumerate(zip(names, cells))
     )
     axes = (
         f'<text x="{LEFT - 6}" y="{TOP + 4}" text-anchor="end">{_mb(top)}</text>'
