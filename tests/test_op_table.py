@@ -74,6 +74,7 @@ def test_a_tensor_list_input_counts_each_tensor():
     from flameprof.analyze.op_table import _bytes
 
     assert _bytes("aten::cat", "[[[12, 64, 128], [12, 64, 128]], []]", "") == (4 * 2 * 12 * 64 * 128, "")
+    assert _bytes("aten::reshape", "[[12, 64, 128], []]", "") == (0.0, "")  # a view moves nothing
     assert _bytes("aten::add", "[[8, 4], [8, 4], []]", '["c10::BFloat16", "c10::BFloat16", "Scalar"]') == (
         2 * 3 * 32,
         "[8, 4]",

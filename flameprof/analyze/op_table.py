@@ -57,6 +57,13 @@ _DTYPE_BYTES = {
     "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
 }  # fmt: skip
 _SAME_SHAPE = ("activation", "normalization", "elementwise", "copy")
+# views: a new tensor over the same storage, no byte moved
+_VIEWS = frozenset(
+    "aten::" + name
+    for name in ("view", "reshape", "_reshape_alias", "_unsafe_view", "t", "transpose", "permute", "expand",
+                 "slice", "select", "unsqueeze", "squeeze", "as_strided", "alias", "split", "chunk", "narrow",
+                 "unflatten", "flatten", "detach", "view_as", "expand_as", "unbind", "split_with_sizes")
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,10 @@ def _elements(dims: object) -> float:
 
 
 def _bytes(name: str, shapes: str, types: str) -> tuple[float, str]:
-    """Bytes of the inputs and the output, and the output's shape as text ("" when unknown)."""
+    """Bytes of the inputs and the output, and the output's shape as text ("" when unknown); a view
+    moves none."""
+    if name in _VIEWS:
+        return 0.0, ""
     dims, dtypes = _parse(shapes), _parse(types)
     sizes = [_DTYPE_BYTES.get(t, 4) if isinstance(t, str) else 4 for t in dtypes] or [4]
     total = 0.0
