@@ -183,11 +183,25 @@ hex(unsigned c)
 
 /* The string whose opening quote is at p: *out is past its closing quote, *esc whether it holds an
  * escape, *wide whether it holds a byte past ASCII. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Whether any of the 8 bytes of w is a quote, a backslash, a control character or past ASCII. */
+static inline uint64_t
+special(uint64_t w)
+{
+    uint64_t quote = w ^ (ONES * '"'), backslash = w ^ (ONES * '\\');
+    return (w | ((w - ONES * 0x20) & ~w) | ((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash)) & HIGHS;
+}
+
 static int
 string_at(uc *p, uc *end, uc **out, int *esc, int *wide)
 {
     p++;
     for (;;) {
+        uint64_t w;
+        while (end - p >= 8 && (memcpy(&w, p, 8), !special(w)))
+            p += 8;
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
             p++;
         if (p >= end)
@@ -300,6 +314,45 @@ literal_at(uc *p, uc *end, uc **out, const char *word, size_t n)
     return OK;
 }
 
+/* After a member or an element, before ',' or ``close``: *out past the ',' and the space after it
+ * (*more 1), or past ``close`` (*more 0). */
+static int
+separator_at(uc *p, uc *end, unsigned close, uc **out, int *more)
+{
+    p = ws(p, end);
+    if (p >= end)
+        return MORE;
+    if (*p == close) {
+        *more = 0;
+        *out = p + 1;
+        return OK;
+    }
+    if (*p != ',')
+        return SLOW;
+    p = ws(p + 1, end);
+    if (p >= end)
+        return MORE;
+    *more = 1;
+    *out = p;
+    return OK;
+}
+
+/* After a member's name: *out past the ':' and the space after it. */
+static int
+colon_at(uc *p, uc *end, uc **out)
+{
+    p = ws(p, end);
+    if (p >= end)
+        return MORE;
+    if (*p != ':')
+        return SLOW;
+    p = ws(p + 1, end);
+    if (p >= end)
+        return MORE;
+    *out = p;
+    return OK;
+}
+
 static int
 skip_value(uc *p, uc *end, uc **out, int depth)
 {
@@ -332,31 +385,16 @@ skip_value(uc *p, uc *end, uc **out, int depth)
             if (object) {
                 if (*p != '"')
                     return SLOW;
-                if ((rc = string_at(p, end, &p, &esc, &wide)) != OK)
+                if ((rc = string_at(p, end, &p, &esc, &wide)) != OK || (rc = colon_at(p, end, &p)) != OK)
                     return rc;
-                p = ws(p, end);
-                if (p >= end)
-                    return MORE;
-                if (*p != ':')
-                    return SLOW;
-                p = ws(p + 1, end);
             }
-            if ((rc = skip_value(p, end, &p, depth + 1)) != OK)
+            int more;
+            if ((rc = skip_value(p, end, &p, depth + 1)) != OK || (rc = separator_at(p, end, close, &p, &more)) != OK)
                 return rc;
-            p = ws(p, end);
-            if (p >= end)
-                return MORE;
-            if (*p == ',') {
-                p = ws(p + 1, end);
-                if (p >= end)
-                    return MORE;
-                continue;
-            }
-            if (*p == close) {
-                *out = p + 1;
+            if (!more) {
+                *out = p;
                 return OK;
             }
-            return SLOW;
         }
     }
     default:
@@ -377,6 +415,8 @@ static const char *const FIELD_NAMES[N_FIELDS] = {
     "device", "stream", "bytes", "Input Dims", "Concrete Inputs", "Bytes", "Total Allocated", "Device Type",
     "Device Id",
 };
+
+static size_t FIELD_LENGTHS[N_FIELDS];
 
 typedef struct {
     uc *start, *end;
@@ -428,19 +468,13 @@ object_at(uc *p, uc *end, uc **out, Field *fields, int first, int last, int dept
         size_t n = (size_t)(p - 1 - key);
         int which = -1;
         for (int i = first; i < last; i++) {
-            if (FIELD_NAMES[i][0] == key[0] && strlen(FIELD_NAMES[i]) == n && memcmp(FIELD_NAMES[i], key, n) == 0) {
+            if (FIELD_LENGTHS[i] == n && FIELD_NAMES[i][0] == key[0] && memcmp(FIELD_NAMES[i], key, n) == 0) {
                 which = i;
                 break;
             }
         }
-        p = ws(p, end);
-        if (p >= end)
-            return MORE;
-        if (*p != ':')
-            return SLOW;
-        p = ws(p + 1, end);
-        if (p >= end)
-            return MORE;
+        if ((rc = colon_at(p, end, &p)) != OK)
+            return rc;
         if (which < 0)
             rc = skip_value(p, end, &p, depth + 1);
         else if (fields[which].type != T_ABSENT)
@@ -453,22 +487,13 @@ object_at(uc *p, uc *end, uc **out, Field *fields, int first, int last, int dept
         }
         else
             rc = field_at(p, end, &p, &fields[which], depth + 1);
-        if (rc != OK)
+        int more;
+        if (rc != OK || (rc = separator_at(p, end, '}', &p, &more)) != OK)
             return rc;
-        p = ws(p, end);
-        if (p >= end)
-            return MORE;
-        if (*p == ',') {
-            p = ws(p + 1, end);
-            if (p >= end)
-                return MORE;
-            continue;
-        }
-        if (*p == '}') {
-            *out = p + 1;
+        if (!more) {
+            *out = p;
             return OK;
         }
-        return SLOW;
     }
 }
 
@@ -790,6 +815,39 @@ Scanner_feed(Scanner *s, PyObject *args)
     return Py_BuildValue("(ni)", (Py_ssize_t)(p - base), status);
 }
 
+/* A column handed to Python without a copy: it owns the buffer and exports it (numpy's
+ * frombuffer keeps it alive). */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t size;
+} Column;
+
+static int
+Column_getbuffer(Column *c, Py_buffer *view, int flags)
+{
+    return PyBuffer_FillInfo(view, (PyObject *)c, c->data ? c->data : (char *)"", c->size, 0, flags);
+}
+
+static void
+Column_dealloc(Column *c)
+{
+    PyMem_RawFree(c->data);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyBufferProcs Column_buffer = {(getbufferproc)Column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flameprof._kineto.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column of the Scanner's, as a buffer.",
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_as_buffer = &Column_buffer,
+};
+
 static PyObject *
 Scanner_take(Scanner *s, PyObject *arg)
 {
@@ -801,12 +859,18 @@ Scanner_take(Scanner *s, PyObject *arg)
         return NULL;
     }
     Buffer *b = column(s, (int)i);
-    PyObject *out = PyByteArray_FromStringAndSize(b->size ? b->data : "", (Py_ssize_t)b->size);
-    if (out != NULL) {
-        PyMem_RawFree(b->data);
-        memset(b, 0, sizeof *b);
+    Column *out = PyObject_New(Column, &ColumnType);
+    if (out == NULL)
+        return NULL;
+    out->data = b->data; /* handed over, shrunk to its size */
+    out->size = (Py_ssize_t)b->size;
+    if (b->data && b->size < b->capacity) {
+        char *data = PyMem_RawRealloc(b->data, b->size ? b->size : 1);
+        if (data != NULL)
+            out->data = data;
     }
-    return out;
+    memset(b, 0, sizeof *b);
+    return (PyObject *)out;
 }
 
 static PyObject *
@@ -876,7 +940,7 @@ static PyMethodDef Scanner_methods[] = {
      "buffer ends inside an element (pos at its start), 2: Python must read the element at pos, 3: pos is "
      "past the array's ']'"},
     {"take", (PyCFunction)Scanner_take, METH_O,
-     "take(i) -> bytearray: column i (kind, name, ts, dur, a, b, c, d, x, dims, concrete), dropped here"},
+     "take(i) -> buffer: column i (kind, name, ts, dur, a, b, c, d, x, dims, concrete), handed over"},
     {"counts", (PyCFunction)Scanner_counts, METH_NOARGS, "counts() -> (elements read, rows kept)"},
     {"strings", (PyCFunction)Scanner_strings, METH_NOARGS,
      "strings() -> (names, values): the interned bytes, as spelled in the file, dropped here"},
@@ -1219,7 +1283,9 @@ static struct PyModuleDef kineto_module = {
 PyMODINIT_FUNC
 PyInit__kineto(void)
 {
-    if (PyType_Ready(&ScannerType) < 0)
+    for (int i = 0; i < N_FIELDS; i++)
+        FIELD_LENGTHS[i] = strlen(FIELD_NAMES[i]);
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&ColumnType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&kineto_module);
     if (m == NULL)

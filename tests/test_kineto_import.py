@@ -232,6 +232,46 @@ def test_annotations_named_for_eval_and_checkpoint_declare_those_phases():
         (b'{"traceEvents": []} trailing', "extra data at line 1 column 21"),
         (b'{"schemaVersion": 1, "other": []}', "no traceEvents array"),
         (b'{"traceEvents": [' + b"[" * 100000, "nested too deeply"),
+        # read by the C Scanner up to the defect, then by the standard library (test_kineto_stream.py)
+        (json.dumps(gpu_step()).encode()[:-100], "Expecting ',' delimiter"),
+        (json.dumps(gpu_step()).encode()[:-1], "found the end"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\xff", "ts": 1}]}', "not UTF-8 text"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}, 5]}',
+            "trace event 1 is not an object",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a"}]}',
+            "trace event 0 ('a'): ts is not a number",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": -1}]}',
+            "negative duration",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "args": {"bytes": []}}]}',
+            "bytes is not",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}, {"ph": "X",, }]}',
+            "Expecting",
+        ),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1} {"ph": "X"}]}',
+            "expected ','",
+        ),
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\x01", "ts": 1}]}', "Invalid control"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1e999}]}', "out of range"),
+        (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": -Infinity}]}', "out of range"),
+        (
+            b'{"traceEvents": [{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Bytes": 1e300}}]}',
+            "Bytes is out",
+        ),
+        (b'{"traceEvents": [{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}]}", "nested too deeply"),
+        (
+            b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1}]',
+            "expected ',' at line 1 column 69, found the end",
+        ),
     ],
 )
 def test_a_bad_trace_is_one_error_line(tmp_path, content, needle):

@@ -14,6 +14,9 @@ from .records import Frame, Mark, ProcessInfo, ThreadInfo
 
 FORMAT = "flameprof"
 VERSION = 1
+# deflate's fastest level: a profile's columns (small integers, repeated values) shrink nearly as much
+# as at the default level 6 (about 7 % larger) in a third of the time
+ZIP_LEVEL = 1
 
 
 def frame_row(f: Frame) -> list[Any]:
@@ -52,7 +55,8 @@ def write_zip(
 ) -> None:
     """Write the zip to ``fh``: ``tables`` maps ``name.json`` to JSON text; ``members`` yields
     (file name, its bytes in chunks), so a column is written as it is made, never held whole."""
-    with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(fh, "w", method, compresslevel=ZIP_LEVEL if compress else None) as zf:
         for name, text in tables.items():
             zf.writestr(name, text)
         for name, chunks in members:

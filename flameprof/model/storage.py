@@ -25,10 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import write_bytes
+from ..atomic import atomic_file
 from ..errors import FlameprofError
 from . import validate
-from .fileformat import FORMAT, VERSION, frame_row, json_text, mark_row, pack, process_row, thread_row
+from .fileformat import (
+    FORMAT,
+    VERSION,
+    frame_row,
+    json_text,
+    mark_row,
+    pack,
+    process_row,
+    thread_row,
+    write_zip,
+)
 from .npy import read_column
 from .phase_names import PHASES, TRACE_PHASES_BEFORE_SHARED
 from .profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
@@ -61,9 +71,9 @@ def check_storable(profile: Profile) -> None:
         _us(column[:0] if not len(column) else column[[int(np.argmax(np.abs(column)))]])
 
 
-def dumps(profile: Profile) -> bytes:
-    """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
-    is past what the file stores."""
+def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
+    """The file's JSON tables as text, and a callable per ``.npy`` column making its bytes (made one
+    at a time as they are written: a copy of every column at once would double the memory)."""
     meta = dict(profile.meta, format=FORMAT, version=VERSION)
     tables = {
         "meta.json": meta,
@@ -73,14 +83,15 @@ def dumps(profile: Profile) -> bytes:
         "marks.json": [mark_row(m) for m in profile.marks],
         "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
     }
-    columns = {
-        "stack_parent": profile.stack_parent.astype(np.int32),
-        "stack_frame": profile.stack_frame.astype(np.int32),
-        "sample_time": _us(profile.sample_time),
-        "sample_thread": profile.sample_thread.astype(np.int32),
-        "sample_stack": profile.sample_stack.astype(np.int32),
-        "sample_wall": _us(profile.sample_wall),
-        "sample_cpu": _us(profile.sample_cpu),
+    times = {name: _us(getattr(profile, name)) for name in _TIMES}  # checked before anything is written
+    columns: dict[str, Any] = {
+        "stack_parent": lambda: profile.stack_parent.astype(np.int32),
+        "stack_frame": lambda: profile.stack_frame.astype(np.int32),
+        "sample_time": lambda: times["sample_time"],
+        "sample_thread": lambda: profile.sample_thread.astype(np.int32),
+        "sample_stack": lambda: profile.sample_stack.astype(np.int32),
+        "sample_wall": lambda: times["sample_wall"],
+        "sample_cpu": lambda: times["sample_cpu"],
     }
     if profile.trace is not None:
         trace = profile.trace
@@ -90,17 +101,25 @@ def dumps(profile: Profile) -> bytes:
             "params": trace.params,
             "phases": list(PHASES),
         }
-        columns.update({f"trace_events_{k}": v for k, v in trace.events.items()})
-        columns.update({f"trace_memory_{k}": v for k, v in trace.memory.items()})
-    return pack(
-        {name: json_text(table) for name, table in tables.items()},
-        {name: _npy(column) for name, column in columns.items()},
-    )
+        columns.update({f"trace_events_{k}": (lambda v=v: v) for k, v in trace.events.items()})
+        columns.update({f"trace_memory_{k}": (lambda v=v: v) for k, v in trace.memory.items()})
+    return {name: json_text(table) for name, table in tables.items()}, columns
+
+
+def dumps(profile: Profile) -> bytes:
+    """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
+    is past what the file stores."""
+    tables, columns = _contents(profile)
+    return pack(tables, {name: _npy(column()) for name, column in columns.items()})
 
 
 def save(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` atomically, so a reader never sees half a profile."""
-    write_bytes(os.fspath(path), dumps(profile))
+    """Write ``profile`` atomically, so a reader never sees half a profile; each column is written
+    as it is made. ValueError (nothing written) when a time or a weight is past what the file stores."""
+    tables, columns = _contents(profile)
+    members = ((name + ".npy", (_npy(column()),)) for name, column in columns.items())
+    with atomic_file(os.fspath(path), "wb") as fh:
+        write_zip(fh, tables, members, compress=True)
 
 
 def is_flameprof_file(head: bytes) -> bool:

@@ -34,7 +34,7 @@ import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -191,23 +191,42 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     def text_id(text: str) -> int:
         return texts.setdefault(text, len(texts))
 
-    col = rows.columns
-    names = np.array([text_id(t) for t in rows.names] + [-1], dtype=np.int64)[col["name"]]
-    kind = col["kind"]
-    if (kind == PYTHON).any():  # Python frames of with_stack, but for nn.Module's: the samples show them
-        keep = (kind != PYTHON) | _prefixed(list(texts), MODULE_PREFIX)[names]
-        col, names = {k: v[keep] for k, v in col.items()}, names[keep]
-        kind = np.where(col["kind"] == PYTHON, ANNOTATION, col["kind"]).astype(np.int8)
+    names = np.array([text_id(t) for t in rows.names] + [-1], dtype=np.int64)[rows.take("name")]
+    kind = rows.take("kind")
+    python = kind == PYTHON
+    keep = None
+    if python.any():  # Python frames of with_stack, but for nn.Module's: the samples show them
+        keep = ~python | _prefixed(list(texts), MODULE_PREFIX)[names]
+        kind = np.where(python, ANNOTATION, kind).astype(np.int8)
     memory = kind == MEMORY
     device = np.isin(kind, DEVICE_KINDS)
     host = ~(memory | device)
-    h = {k: v[host] for k, v in col.items()}
-    d = {k: v[device] for k, v in col.items()}
-    m = {k: v[memory] for k, v in col.items()}
+    if keep is not None:
+        memory, device, host = memory & keep, device & keep, host & keep
     h_name, d_name, h_kind = names[host], names[device], kind[host]
-    del col, names, rows.columns
+    h: dict[str, np.ndarray] = {"kind": h_kind}
+    d: dict[str, np.ndarray] = {"kind": kind[device]}
+    m: dict[str, np.ndarray] = {}
+    del names, kind, python, keep
+    # each column split as it is taken, into the groups that read it
+    for key, groups in (
+        ("ts", (h, d, m)),
+        ("dur", (h, d, m)),
+        ("a", (h, d, m)),
+        ("b", (h, d, m)),
+        ("c", (h, m)),
+        ("d", (h, d)),
+        ("x", (d, m)),
+        ("dims", (h,)),
+        ("concrete", (h,)),
+    ):
+        column = rows.take(key)
+        for group in groups:
+            group[key] = column[host if group is h else device if group is d else memory]
+        del column
+    del host, device, memory
     base_ns = _number(doc.header.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
-    if not len(kind):
+    if not (len(h_kind) or len(d_name) or len(m["ts"])):
         raise FlameprofError(f"{source}: no op, kernel or memory event: not a torch.profiler trace")
     first = float(min(float(t.min()) for t in (h["ts"], d["ts"], m["ts"]) if len(t)))
     first_epoch = (first * 1e3 + base_ns) / 1e9
@@ -220,7 +239,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     flops, shapes = _inputs(h_kind, h_name, h["dims"], h["concrete"], rows.values, texts)
     start, dur, pid, tid = h["ts"], h["dur"], h["a"], h["b"]
     parent, memory_event, order = _nest(pid, tid, start, dur, m["a"], m["b"], m["ts"])
-    layer, phase = _attribute(h_kind, h_name, start, pid, tid, h["c"], parent, order, texts)
+    layer, phase = _attribute(Hosts(h_kind, h_name, start, pid, tid, h["c"], parent), order, texts)
     calls, launchers = _launchers(h_kind, h["d"], parent, d["d"])
     is_step = _prefixed(list(texts), STEP_PREFIXES)[h_name]
     steps = sorted(zip(seconds(start[is_step]).tolist(), seconds(start[is_step] + dur[is_step]).tolist()))
@@ -232,51 +251,73 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         pids, firsts, counts = np.unique(owner_pid, return_index=True, return_counts=True)
         main_pid = int(owner_pid[firsts[counts == counts.max()].min()])
     d_layer = np.where(owned, layer[owner] if len(layer) else -1, -1)
-    text_ids = np.concatenate([h_name, d_name, layer, d_layer, shapes])
-    final, trace_names = _first_seen(text_ids, list(texts))
+    final, trace_names = _first_seen([h_name, d_name, layer, d_layer, shapes], list(texts))
     n_host, n_device = len(h_kind), len(d_name)
-    events = {
-        "kind": np.concatenate([h_kind, d["kind"]]),
-        "name": final[np.concatenate([h_name, d_name])],
-        "start": seconds(np.concatenate([start, d["ts"]])),
-        "dur": np.concatenate([dur, d["dur"]]) / 1e6,
-        "pid": np.concatenate([pid, np.where(owned, pid[owner] if n_host else 0, main_pid)]),
-        "tid": np.concatenate([tid, d["b"]]),
-        "device": np.concatenate([np.full(n_host, -1), d["a"]]),
-        "parent": np.concatenate([parent, calls]),
-        "layer": final[np.concatenate([layer, d_layer])],
-        "phase": np.concatenate([phase, np.where(owned, phase[owner] if n_host else 0, PHASE["other"])]),
-        "flops": np.concatenate([flops, np.zeros(n_device)]),
-        "bytes": np.concatenate([np.zeros(n_host), d["x"]]),
-        "shapes": final[np.concatenate([shapes, np.full(n_device, -1)])],
+    parts: dict[str, Callable[[], tuple[Any, Any]]] = {  # each column made, and its parts dropped, in turn
+        "kind": lambda: (h.pop("kind"), d.pop("kind")),
+        "name": lambda: (final[h_name], final[d_name]),
+        "start": lambda: (seconds(h.pop("ts")), seconds(d.pop("ts"))),
+        "dur": lambda: (h.pop("dur") / 1e6, d.pop("dur") / 1e6),
+        "pid": lambda: (pid, np.where(owned, pid[owner] if n_host else 0, main_pid)),
+        "tid": lambda: (h.pop("b"), d.pop("b")),
+        "device": lambda: (np.full(n_host, -1), d.pop("a")),
+        "parent": lambda: (parent, calls),
+        "layer": lambda: (final[layer], final[d_layer]),
+        "phase": lambda: (phase, np.where(owned, phase[owner] if n_host else 0, PHASE["other"])),
+        "flops": lambda: (flops, np.zeros(n_device)),
+        "bytes": lambda: (np.zeros(n_host), d.pop("x")),
+        "shapes": lambda: (final[shapes], np.full(n_device, -1)),
     }
-    trace = Trace(
-        names=trace_names,
-        events={k: events[k].astype(dtype, copy=False) for k, dtype in EVENT_COLUMNS.items()},
-        memory={
-            k: np.asarray(v).astype(MEMORY_COLUMNS[k], copy=False)
-            for k, v in (
-                ("time", seconds(m["ts"])),
-                ("delta", m["x"]),
-                ("total", m["dur"]),
-                ("device", m["c"]),
-                ("event", memory_event),
-            )
-        },
-        steps=steps,
-    )
+    del start, dur, tid
+    events = {}
+    for key, dtype in EVENT_COLUMNS.items():
+        events[key] = np.concatenate(parts.pop(key)(), dtype=dtype, casting="unsafe")
+    memory = {
+        "time": seconds(m.pop("ts")),
+        "delta": m.pop("x"),
+        "total": m.pop("dur"),
+        "device": m.pop("c").astype(MEMORY_COLUMNS["device"]),
+        "event": memory_event,
+    }
+    trace = Trace(names=trace_names, events=events, memory=memory, steps=steps)
     return trace, epoch
 
 
-def _first_seen(ids: np.ndarray, texts: list[str]) -> tuple[np.ndarray, list[str]]:
-    """The trace's names: the texts ``ids`` names, in the order they first appear (the empty text is
-    no name), and per text id (and -1, last) its index among them or -1."""
-    ids = ids[ids >= 0]
-    empty = texts.index("") if "" in texts else -1
-    if empty >= 0:
-        ids = ids[ids != empty]
-    unique, first = np.unique(ids, return_index=True)
-    ranked = unique[np.argsort(first, kind="stable")]
+DENSE = 1 << 24  # keys below this are made unique by a table of that size (linear), others by sorting
+
+
+def unique_ids(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of keys in [0, size): by a table when size is small
+    (linear time), else by sorting."""
+    if size > DENSE:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, inverse.reshape(-1)
+    present = np.zeros(size, dtype=bool)
+    present[keys] = True
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[keys]
+
+
+def first_positions(columns: list[np.ndarray], size: int) -> np.ndarray:
+    """Per id in [0, size), where it first appears in ``columns`` one after the other (their total
+    length where it does not); negative ids are none."""
+    total = sum(len(c) for c in columns)
+    first = np.full(size, total, dtype=np.int64)
+    offset = 0
+    for ids in columns:
+        at = np.flatnonzero(ids >= 0)
+        np.minimum.at(first, ids[at], at + offset)
+        offset += len(ids)
+    return first
+
+
+def _first_seen(columns: list[np.ndarray], texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The trace's names: the texts ``columns`` name, in the order they first appear one after the
+    other, and per text id (and -1, last) its index among them or -1. (An event named "" has that
+    name: layers and shapes are never empty, their -1 is none.)"""
+    total = sum(len(c) for c in columns)
+    first = first_positions(columns, len(texts))
+    named = np.flatnonzero(first < total)
+    ranked = named[np.argsort(first[named], kind="stable")]
     final = np.full(len(texts) + 1, -1, dtype=np.int64)
     final[ranked] = np.arange(len(ranked))
     return final, [texts[i] for i in ranked.tolist()]
@@ -289,29 +330,24 @@ def _inputs(
     inputs."""
     flops = np.zeros(len(kind))
     shapes = np.full(len(kind), -1, dtype=np.int64)
-    ops = np.nonzero(kind == OP)[0]
+    ops = np.flatnonzero((kind == OP) & ((dims >= 0) | (concrete >= 0)))  # without inputs: 0 and none
     if not len(ops):
         return flops, shapes
     size = len(values) + 1
-    if (len(texts) + 1) * size * size < 1 << 62:
-        keys = (name[ops] * size + dims[ops] + 1) * size + concrete[ops] + 1
-        unique, inverse = np.unique(keys, return_inverse=True)
-        triples = [(k // (size * size), k // size % size - 1, k % size - 1) for k in unique.tolist()]
-    else:
-        stacked = np.stack([name[ops], dims[ops].astype(np.int64), concrete[ops].astype(np.int64)], axis=1)
-        unique, inverse = np.unique(stacked, axis=0, return_inverse=True)
-        triples = [tuple(t) for t in unique.tolist()]
+    pairs, pair = unique_ids((dims[ops] + 1).astype(np.int64) * size + concrete[ops] + 1, size * size)
+    triples, triple = unique_ids(name[ops] * len(pairs) + pair, (len(texts) + 1) * len(pairs))
     text_list = list(texts)
     op_flops_of = np.zeros(len(triples))
     shapes_of = np.full(len(triples), -1, dtype=np.int64)
-    for j, (n, di, ci) in enumerate(triples):
-        dims_value = values[di] if di >= 0 else None
-        op_flops_of[j] = op_flops(text_list[n], dims_value, values[ci] if ci >= 0 else None)
+    for j, key in enumerate(triples.tolist()):
+        n, inputs = divmod(key, len(pairs))
+        di, ci = divmod(int(pairs[inputs]), size)
+        dims_value = values[di - 1] if di else None
+        op_flops_of[j] = op_flops(text_list[n], dims_value, values[ci - 1] if ci else None)
         if dims_value:
             shapes_of[j] = texts.setdefault(json.dumps(dims_value, separators=(",", ":")), len(texts))
-    inverse = inverse.reshape(-1)
-    flops[ops] = op_flops_of[inverse]
-    shapes[ops] = shapes_of[inverse]
+    flops[ops] = op_flops_of[triple]
+    shapes[ops] = shapes_of[triple]
     return flops, shapes
 
 
@@ -327,24 +363,24 @@ def _nest(
     """Each host event's parent (the innermost event enclosing it on its thread), and the host event
     each memory event happened in; and the host events parents first (time order)."""
     n, m = len(start), len(memory_ts)
-    rows = np.arange(n + m)
-    all_pid = np.concatenate([pid, memory_pid])
-    all_tid = np.concatenate([tid, memory_tid])
-    time = np.concatenate([start, memory_ts])
-    order = np.lexsort(
-        (
-            rows,
-            np.concatenate([-dur, np.zeros(m)]),
-            np.concatenate([np.zeros(n), np.ones(m)]),  # an allocation at an op's start is inside it
-            time,
-            all_tid,
-            all_pid,
-        )
+    by_time = np.lexsort((-dur, start))  # stable: ties stay in reading order
+    in_time = np.argsort(memory_ts, kind="stable")
+    # the memory events among the host events by time, each after the events starting when it
+    # happens (an allocation at an op's start is inside it)
+    merged = np.insert(
+        by_time, np.searchsorted(start[by_time], memory_ts[in_time], side="right"), in_time + n
     )
+    thread, _ = thread_numbers(np.concatenate([pid, memory_pid]), np.concatenate([tid, memory_tid]))
+    thread = thread[merged]
+    by_thread = np.argsort(
+        thread.astype(np.uint16) if len(thread) and thread.max() < 1 << 16 else thread, kind="stable"
+    )
+    order = merged[by_thread]
+    thread = thread[by_thread]
+    del merged, by_thread
     new_thread = np.ones(n + m, dtype=np.int8)
-    if n + m:
-        sorted_pid, sorted_tid = all_pid[order], all_tid[order]
-        new_thread[1:] = (sorted_pid[1:] != sorted_pid[:-1]) | (sorted_tid[1:] != sorted_tid[:-1])
+    new_thread[1:] = thread[1:] != thread[:-1]
+    time = np.concatenate([start, memory_ts])
     end = start + dur
     parent = np.full(n, NO_PARENT, dtype=np.int32)
     memory_event = np.full(m, NO_PARENT, dtype=np.int32)
@@ -353,7 +389,32 @@ def _nest(
         native.nest(order.astype(np.int64), new_thread, time, end, parent, memory_event)
     else:
         _nest_walk(order.tolist(), new_thread.tolist(), time.tolist(), end.tolist(), parent, memory_event)
-    return parent, memory_event, np.lexsort((rows[:n], -dur, start))
+    return parent, memory_event, by_time
+
+
+def thread_numbers(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position, its (pid, tid)'s number in order of first appearance; and where each first
+    appears. Threads are few: each is found with one pass (sorting when there are many)."""
+    n = len(pid)
+    number = np.full(n, -1, dtype=np.int64)
+    firsts: list[int] = []
+    at = 0
+    while at < n and len(firsts) < 64:
+        mine = (pid == pid[at]) & (tid == tid[at])
+        number[mine] = len(firsts)
+        firsts.append(at)
+        left = np.flatnonzero(number[at:] < 0)
+        at = at + int(left[0]) if len(left) else n
+    if at >= n:
+        return number, np.asarray(firsts, dtype=np.int64)
+    by = np.lexsort((tid, pid))
+    new = np.r_[True, (pid[by][1:] != pid[by][:-1]) | (tid[by][1:] != tid[by][:-1])]
+    group = np.cumsum(new) - 1
+    first = by[new]  # each group's first position (the sort is stable)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    number[by] = rank[group]
+    return number, np.sort(first)
 
 
 def _nest_walk(
@@ -385,19 +446,32 @@ def _nest_walk(
     memory[:] = memory_event
 
 
-def autograd_threads(
-    kind: np.ndarray,
-    name: np.ndarray,
-    start: np.ndarray,
-    pid: np.ndarray,
-    tid: np.ndarray,
-    seq: np.ndarray,
-    parent: np.ndarray,
-    texts: list[str],
-) -> np.ndarray:
+@dataclass
+class Hosts:
+    """The host events' columns the attribution reads (text ids for names)."""
+
+    kind: np.ndarray
+    name: np.ndarray
+    start: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    seq: np.ndarray
+    parent: np.ndarray
+
+
+def autograd_threads(hosts: Hosts, texts: list[str]) -> np.ndarray:
     """Per host event, whether its thread is one of the autograd engine's device threads: an outermost
     ``evaluate_function`` on them runs the backward of an op that another thread ran forward (on a CPU
     the thread that calls ``backward()`` runs it, so a loop's own thread is never one)."""
+    kind, name, start, pid, tid, seq, parent = (
+        hosts.kind,
+        hosts.name,
+        hosts.start,
+        hosts.pid,
+        hosts.tid,
+        hosts.seq,
+        hosts.parent,
+    )
     engine = np.zeros(len(kind), dtype=bool)
     roots = np.nonzero((parent == NO_PARENT) & _prefixed(texts, EVALUATE_FUNCTION)[name])[0]
     if not len(roots):
@@ -430,22 +504,13 @@ def autograd_threads(
     return engine
 
 
-def _attribute(
-    kind: np.ndarray,
-    name: np.ndarray,
-    start: np.ndarray,
-    pid: np.ndarray,
-    tid: np.ndarray,
-    seq: np.ndarray,
-    parent: np.ndarray,
-    order: np.ndarray,
-    texts: dict[str, int],
-) -> tuple[np.ndarray, np.ndarray]:
+def _attribute(hosts: Hosts, order: np.ndarray, texts: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Layer (a text id, or -1) and phase of every host event, in time order so forward ops precede
     their backward."""
     text_list = list(texts)
-    engine = autograd_threads(kind, name, start, pid, tid, seq, parent, text_list)
-    per_name, inverse = np.unique(name * 8 + kind, return_inverse=True)
+    engine = autograd_threads(hosts, text_list)
+    kind, name, pid, seq, parent = hosts.kind, hosts.name, hosts.pid, hosts.seq, hosts.parent
+    per_name, inverse = unique_ids(name * 8 + kind, 8 * len(text_list))
     declared = np.full(len(per_name), -1, dtype=np.int8)
     mode = np.zeros(len(per_name), dtype=np.int8)  # 1: a layer annotation, 2: a module's
     layer_name = np.full(len(per_name), -1, dtype=np.int32)
@@ -459,7 +524,6 @@ def _attribute(
                 rest = text[len(prefix) :]
                 layer_name[j] = texts.setdefault(rest, len(texts)) if rest else -1
                 break
-    inverse = inverse.reshape(-1)
     n = len(kind)
     layer = np.full(n, -1, dtype=np.int32)
     phase_of = np.full(n, PHASE["other"], dtype=np.int8)

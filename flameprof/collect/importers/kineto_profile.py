@@ -31,6 +31,8 @@ from .kineto import (
     declared_phase,
     decode_document,
     read_trace,
+    thread_numbers,
+    unique_ids,
 )
 
 
@@ -100,17 +102,12 @@ def _frames(
     frame (-1 when it has none)."""
     ev = trace.events
     kind, name, layer = ev["kind"][events], ev["name"][events], ev["layer"][events]
-    parent = ev["parent"][events]
-    parent_layer = np.where(parent >= 0, ev["layer"][np.maximum(parent, 0)] if trace.num_events else -1, -1)
-    is_layer = np.zeros(len(events), dtype=bool)
-    if len(trace.names):
-        is_layer = (kind == ANNOTATION) & np.array(
-            [n.startswith((LAYER_PREFIX, MODULE_PREFIX)) for n in trace.names], dtype=bool
-        )[name]
     size = len(trace.names) + 1
-    keys = (np.where(is_layer, layer, -1) + 1).astype(np.int64) * size * 8 + name.astype(np.int64) * 8 + kind
-    unique, own = np.unique(keys, return_inverse=True)
-    frames: list[Frame] = []
+    layered = np.array([n.startswith((LAYER_PREFIX, MODULE_PREFIX)) for n in trace.names] + [False])[name]
+    layered &= kind == ANNOTATION  # its frame is its layer's: keyed by the layer, others by name and kind
+    keys = np.where(layered, 8 * size + layer + 1, name.astype(np.int64) * 8 + kind)
+    unique, own = unique_ids(keys, 9 * size + 1)
+    del keys
     index: dict[Frame, int] = {}
 
     def number(frame: Frame) -> int:
@@ -119,31 +116,46 @@ def _frames(
     if engine_frame is not None:
         number(engine_frame)
     own_of = np.array(
-        [number(_frame_of(trace, k // 8 % size, k % 8, k // (8 * size) - 1)) for k in unique.tolist()]
+        [
+            number(Frame(trace.name_of(k - 8 * size - 1), kind="layer"))
+            if k >= 8 * size
+            else number(_frame_of(trace, k // 8, k % 8))
+            for k in unique.tolist()
+        ],
+        dtype=np.int64,
     )
-    own = own_of[own.reshape(-1)] if len(unique) else np.zeros(0, dtype=np.int64)
+    own = own_of[own] if len(unique) else np.zeros(0, dtype=np.int64)
+    parent = ev["parent"][events]
+    parent_layer = np.where(parent >= 0, ev["layer"][np.maximum(parent, 0)] if trace.num_events else -1, -1)
     backward = (ev["phase"][events] == PHASES.index("backward")) & (layer >= 0) & (layer != parent_layer)
-    layers, which = np.unique(layer[backward], return_inverse=True)
-    back_of = np.array([number(Frame(f"{trace.names[i]} (backward)", kind="layer")) for i in layers.tolist()])
+    del parent, parent_layer
+    layers, which = unique_ids(layer[backward].astype(np.int64), size)
+    back_of = np.array(
+        [number(Frame(f"{trace.names[i]} (backward)", kind="layer")) for i in layers.tolist()], dtype=np.int64
+    )
     back = np.full(len(events), -1, dtype=np.int64)
     if len(layers):
-        back[backward] = back_of[which.reshape(-1)]
+        back[backward] = back_of[which]
     frames = list(index)
     # the builder numbers frames as the walk first meets them: the engine's, then each event's
-    # backward layer frame and its own
-    seen = np.stack([back, own], axis=1).ravel()
-    seen = np.concatenate([np.arange(1 if engine_frame is not None else 0), seen[seen >= 0]])
-    ids, first = np.unique(seen, return_index=True)
-    ranked = ids[np.argsort(first, kind="stable")]
+    # backward layer frame (at 2k) and its own (at 2k + 1)
+    first = np.full(len(frames), 2 * len(events) + 1, dtype=np.int64)
+    np.minimum.at(first, own, 2 * np.arange(len(own)) + 1)
+    has_back = np.flatnonzero(back >= 0)
+    np.minimum.at(first, back[has_back], 2 * has_back)
+    if engine_frame is not None:
+        first[0] = -1
+    used = np.flatnonzero(first <= 2 * len(events))
+    ranked = used[np.argsort(first[used], kind="stable")]
     renumber = np.full(len(frames) + 1, -1, dtype=np.int64)
     renumber[ranked] = np.arange(len(ranked))
+    renumber = renumber.astype(np.int32)
     return [frames[i] for i in ranked.tolist()], renumber[own], renumber[back]
 
 
-def _frame_of(trace: Trace, name: int, kind: int, layer: int) -> Frame:
+def _frame_of(trace: Trace, name: int, kind: int) -> Frame:
+    """The frame of an event other than a layer annotation (whose frame is its layer's)."""
     text = trace.names[name]
-    if kind == ANNOTATION and text.startswith((LAYER_PREFIX, MODULE_PREFIX)):
-        return Frame(trace.name_of(layer), kind="layer")
     if kind == ANNOTATION:
         return Frame(text.split("#", 1)[0] if text.startswith(STEP_PREFIXES) else text, kind="scope")
     if declared_phase(kind, text) is not None:  # an autograd node, a sync: a scope with its phase
@@ -181,80 +193,104 @@ def _stack_walk(order, parent, frames, waited, sid, wait_sid, engine) -> tuple[l
 
 def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     ev = trace.events
-    host = np.nonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))[0]
-    children = np.zeros(trace.num_events)
+    n = trace.num_events
+    host = np.flatnonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))
+    children = np.zeros(n)
     parent = ev["parent"]
     has_parent = parent[host] >= 0
     np.add.at(children, parent[host][has_parent], ev["dur"][host][has_parent])
+    del has_parent
     keys = thread_keys(trace)  # (pid, tid) of each event, as one int64
     engine = engine_roots(trace, host, keys)
     waits = backward_waits(trace, host, engine, keys)
-    engine_root = np.zeros(trace.num_events, dtype=bool)
-    engine_root[engine] = True
+    del keys
+    processes = [ProcessInfo(pid, "main") for pid in np.unique(ev["pid"][host]).tolist()]
     # the walk: host events by start, the longer first (a parent before its children)
-    order = host[np.lexsort((host, -ev["dur"][host], ev["start"][host]))]
+    order = host[np.lexsort((-ev["dur"][host], ev["start"][host]))]  # stable: ties by index
+    del host
+    own_time = np.maximum(ev["dur"][order] - children[order], 0.0)
+    del children
+    wait = np.minimum(waits[order], own_time)
+    del waits
+    end = ev["start"][order] + ev["dur"][order]
     frames, own, back = _frames(trace, order, ENGINE if len(engine) else None)
-    name, kind = ev["name"][order], ev["kind"][order]
-    per_name, inverse = np.unique(name.astype(np.int64) * 8 + kind, return_inverse=True)
+    per_name, inverse = unique_ids(
+        ev["name"][order].astype(np.int64) * 8 + ev["kind"][order], 8 * len(trace.names)
+    )
     phase_of = [declared_phase(k % 8, trace.names[k // 8]) for k in per_name.tolist()]
-    inverse = inverse.reshape(-1)
     declared = np.array([p is not None for p in phase_of] + [False], dtype=bool)[inverse]
     step = np.array([trace.names[k // 8].startswith(STEP_PREFIXES) for k in per_name.tolist()] + [False])[
         inverse
     ]
-    in_engine = np.where(engine_root[order] & ~declared, 0, -1)  # the engine's frame is frame 0
     # per event of the trace: its three frames (engine, backward layer, own), by trace index
-    triple = np.full((trace.num_events, 3), -1, dtype=np.int32)
-    triple[order] = np.stack([in_engine, back, own], axis=1)
-    end = ev["start"][order] + ev["dur"][order]
-    own_time = np.maximum(ev["dur"][order] - children[order], 0.0)
-    wait = np.minimum(waits[order], own_time)
-    waited = np.zeros(trace.num_events, dtype=np.int8)
+    triple = np.full((n, 3), -1, dtype=np.int32)
+    engine_root = np.zeros(n, dtype=bool)
+    engine_root[engine] = True
+    triple[order, 0] = np.where(engine_root[order] & ~declared, 0, -1)  # the engine's frame is frame 0
+    del engine_root
+    triple[order, 1] = back
+    triple[order, 2] = own
+    del back
+    waited = np.zeros(n, dtype=np.int8)
     waited[order] = wait > 0
-    sid = np.full(trace.num_events, -1, dtype=np.int32)
-    wait_sid = np.full(trace.num_events, -1, dtype=np.int32)
-    engine_id = np.zeros(1, dtype=np.int32)
-    walk = (order.astype(np.int64), parent.astype(np.int32), triple.ravel(), waited, sid, wait_sid, engine_id)
+    sid = np.full(n, -1, dtype=np.int32)
+    wait_sid = np.full(n, -1, dtype=np.int32)
+    walk = (
+        order.astype(np.int64),
+        parent,
+        triple.ravel(),
+        waited,
+        sid,
+        wait_sid,
+        np.zeros(1, dtype=np.int32),
+    )
     native = _native()
     stack_parent, stack_frame = native.stacks(*walk) if native is not None else _stack_walk(*walk)
-    thread, firsts = _first_met(ev["pid"][order], ev["tid"][order])
-    threads = [
-        ThreadInfo(p, t, "")
-        for p, t in zip(ev["pid"][order][firsts].tolist(), ev["tid"][order][firsts].tolist())
-    ]
+    del walk, triple, waited
+    thread, firsts = thread_numbers(ev["pid"][order], ev["tid"][order])
+    met = order[firsts]
+    threads = [ThreadInfo(p, t, "") for p, t in zip(ev["pid"][met].tolist(), ev["tid"][met].tolist())]
     # per event, its own time less its wait, then its wait (under the engine's frame), when not 0
-    rows = np.stack([own_time > wait, wait > 0], axis=1)
-    pick = rows.ravel()
-    sample_stack = np.stack([sid[order], wait_sid[order]], axis=1).ravel()[pick]
-    sample_wall = np.stack([own_time - wait, wait], axis=1).ravel()[pick]
-    sample_cpu = np.stack([own_time - wait, np.zeros(len(order))], axis=1).ravel()[pick]
-    sample_time = np.repeat(end, 2)[pick]
-    sample_thread = np.repeat(thread, 2)[pick]
+    busy, waiting = own_time > wait, wait > 0
+    at = np.cumsum(busy.astype(np.int64) + waiting) - waiting  # where each event's last sample goes
+    total = int(at[-1] + waiting[-1]) if len(at) else 0
+    mine, theirs = np.flatnonzero(busy), np.flatnonzero(waiting)
+    mine_at, theirs_at = at[mine] - 1, at[theirs]
+    del at
+    sample_time = np.empty(total)
+    sample_time[mine_at], sample_time[theirs_at] = end[mine], end[theirs]
+    sample_thread = np.empty(total, dtype=np.int32)
+    sample_thread[mine_at], sample_thread[theirs_at] = thread[mine], thread[theirs]
+    sample_stack = np.empty(total, dtype=np.int32)
+    sample_stack[mine_at], sample_stack[theirs_at] = sid[order[mine]], wait_sid[order[theirs]]
+    del sid, wait_sid
+    sample_wall = np.empty(total)
+    sample_wall[mine_at] = own_time[mine] - wait[mine]
+    sample_wall[theirs_at] = wait[theirs]
+    sample_cpu = np.zeros(total)
+    sample_cpu[mine_at] = sample_wall[mine_at]  # waiting: wall time, no CPU
+    del own_time, wait, mine, theirs, mine_at, theirs_at
     scope = np.array([f.kind == "scope" for f in frames], dtype=bool)[own]
     marks = [
-        Mark(t, int(th), "step", "user")
+        Mark(t, th, "step", "user")
         for t, th in zip(end[scope & step].tolist(), thread[scope & step].tolist())
     ]
     scope_phases: dict[str, str] = {}
-    named = np.nonzero(scope & declared)[0]
+    named = np.flatnonzero(scope & declared)
     for j in _last_of_each(own[named]).tolist():  # first met, with the phase it was last met with
         frame = frames[int(own[named[j]])]
         scope_phases[frame.name] = str(phase_of[inverse[named[j]]])
-    start = float(ev["start"].min()) if trace.num_events else 0.0
-    stop = float((ev["start"] + ev["dur"]).max()) if trace.num_events else 0.0
+    start = float(ev["start"].min()) if n else 0.0
+    stop = float((ev["start"] + ev["dur"]).max()) if n else 0.0
     profile = Profile(
         frames=frames,
-        stack_parent=np.frombuffer(stack_parent, dtype=np.int32)
-        if isinstance(stack_parent, bytearray)
-        else np.asarray(stack_parent, dtype=np.int32),
-        stack_frame=np.frombuffer(stack_frame, dtype=np.int32)
-        if isinstance(stack_frame, bytearray)
-        else np.asarray(stack_frame, dtype=np.int32),
+        stack_parent=_int32(stack_parent),
+        stack_frame=_int32(stack_frame),
         threads=threads,
-        processes=[ProcessInfo(pid, "main") for pid in sorted(set(ev["pid"][host].tolist()))],
+        processes=processes,
         sample_time=sample_time,
-        sample_thread=sample_thread.astype(np.int32),
-        sample_stack=sample_stack.astype(np.int32),
+        sample_thread=sample_thread,
+        sample_stack=sample_stack,
         sample_wall=sample_wall,
         sample_cpu=sample_cpu,
         marks=sorted(marks, key=lambda mark: mark.time),
@@ -267,20 +303,13 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     return profile
 
 
-def _first_met(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per position, its (pid, tid)'s number in order of first appearance; and where each first appears."""
-    n = len(pid)
-    if not n:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    by = np.lexsort((np.arange(n), tid, pid))
-    new = np.r_[True, (pid[by][1:] != pid[by][:-1]) | (tid[by][1:] != tid[by][:-1])]
-    group = np.cumsum(new) - 1
-    first = by[new]  # each group's first position (the sort keeps positions in order within one)
-    rank = np.empty(len(first), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    number = np.empty(n, dtype=np.int64)
-    number[by] = rank[group]
-    return number, np.sort(first)
+def _int32(column: bytearray | list[int]) -> np.ndarray:
+    """A stack column from the C walk (bytes of int32) or the Python one (a list)."""
+    return (
+        np.frombuffer(column, dtype=np.int32)
+        if isinstance(column, bytearray)
+        else np.asarray(column, np.int32)
+    )
 
 
 def _last_of_each(keys: np.ndarray) -> np.ndarray:

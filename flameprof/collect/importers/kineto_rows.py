@@ -61,13 +61,6 @@ ROW_COLUMNS: dict[str, Any] = {
 }
 
 
-@dataclass
-class Rows:
-    columns: dict[str, np.ndarray]
-    names: list[str]  # name id -> text (a text may repeat)
-    values: list[object]  # dims/concrete id -> value
-
-
 def _number(value: object, what: str, where: str, limit: float = 1e18) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise FlameprofError(f"{where}: {what} is not a number")
@@ -192,6 +185,32 @@ class _PythonRows:
         )
 
 
+@dataclass
+class Rows:
+    """The rows read: ``take`` each column once (the Scanner's copy is dropped as it is taken, so no
+    more than one column is ever held twice)."""
+
+    scan: Any  # the Scanner, or None
+    python: _PythonRows
+    names: list[str]  # name id -> text (a text may repeat)
+    values: list[object]  # dims/concrete id -> value
+    scanned: tuple[int, int]  # how many names and values the Scanner interned
+
+    def take(self, key: str) -> np.ndarray:
+        index, dtype = list(ROW_COLUMNS).index(key), ROW_COLUMNS[key]
+        if self.scan is not None:
+            column = np.frombuffer(self.scan.take(index), dtype=dtype)
+        else:
+            column = np.zeros(0, dtype=dtype)
+        if not self.python.rows:
+            return column
+        extra = np.asarray([row[index] for row in self.python.rows], dtype=dtype)
+        if key in ("name", "dims", "concrete"):  # -2, -3, ...: the Python reader's own, after the Scanner's
+            base = self.scanned[key != "name"]
+            extra = np.where(extra <= -2, base - 2 - extra, extra).astype(dtype)
+        return np.insert(column, np.asarray(self.python.at, dtype=np.int64), extra)
+
+
 def scanner() -> Any:
     """The C Scanner of trace events, or None where the extension is not built."""
     try:
@@ -221,19 +240,7 @@ def read_rows(events: Any, source: str, scan: Any) -> Rows:
         elements, rows = scan.counts() if scan is not None else (0, 0)
         python.add(event, elements + read, source, rows)
         read += 1
-    if scan is not None:
-        columns = {k: np.frombuffer(scan.take(i), dtype=d) for i, (k, d) in enumerate(ROW_COLUMNS.items())}
-        raw_names, raw_values = scan.strings()
-    else:
-        columns = {k: np.zeros(0, dtype=d) for k, d in ROW_COLUMNS.items()}
-        raw_names, raw_values = [], []
+    raw_names, raw_values = scan.strings() if scan is not None else ([], [])
     names = [_text(raw) for raw in raw_names] + list(python.names)
     values = [_value(raw) for raw in raw_values] + python.values
-    if python.rows:
-        extra = {k: np.asarray(v, dtype=d) for (k, d), v in zip(ROW_COLUMNS.items(), zip(*python.rows))}
-        for key, base in (("name", len(raw_names)), ("dims", len(raw_values)), ("concrete", len(raw_values))):
-            ids = extra[key]
-            extra[key] = np.where(ids <= -2, base - 2 - ids, ids).astype(np.int32)
-        at = np.asarray(python.at, dtype=np.int64)
-        columns = {k: np.insert(columns[k], at, extra[k]) for k in ROW_COLUMNS}
-    return Rows(columns, names, values)
+    return Rows(scan, python, names, values, (len(raw_names), len(raw_values)))
