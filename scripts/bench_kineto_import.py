@@ -6,7 +6,9 @@ Trace Analysis' (``TraceAnalysis`` + temporal breakdown) on the same file when i
 
 The trace (a real one, e.g. one of HTA's test traces; a synthetic GPU step when none is given) is
 repeated, each copy shifted in time and in correlation ids, until the file has ``--size-mb``. Every
-tool runs in a fresh process, so its peak RSS is its own.
+tool runs in a fresh process, so its peak RSS is its own: the trace is written by another process
+too, since a child's peak RSS counts the memory of the process that started it (Linux keeps the
+high-water mark across fork and exec), and the source trace decoded takes hundreds of MB.
 """
 
 from __future__ import annotations
@@ -109,14 +111,32 @@ def main() -> int:
     parser.add_argument("--no-hta", action="store_true", help="skip Holistic Trace Analysis")
     parser.add_argument("--no-report", action="store_true", help="skip flameprof report of the import")
     parser.add_argument("--keep", help="directory to keep the trace in (default: a temporary one)")
+    parser.add_argument("--write-to", help=argparse.SUPPRESS)  # the writing child: write, print, exit
     args = parser.parse_args()
+    if args.write_to:
+        print(*write_trace(_source(args.trace), args.size_mb, args.write_to, args.gzip))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or tmp
         os.makedirs(work, exist_ok=True)
         traces = os.path.join(work, "traces")  # HTA reads every trace in a directory
         os.makedirs(traces, exist_ok=True)
         path = os.path.join(traces, "rank-0.pt.trace.json" + (".gz" if args.gzip else ""))
-        size, events = write_trace(_source(args.trace), args.size_mb, path, args.gzip)
+        writer = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--size-mb",
+            str(args.size_mb),
+            "--write-to",
+            path,
+        ]
+        writer += ["--trace", os.path.abspath(args.trace)] if args.trace else []
+        written = subprocess.run(
+            [*writer, *(["--gzip"] if args.gzip else [])], capture_output=True, text=True
+        )
+        if written.returncode:
+            raise SystemExit(f"writing the trace failed: {written.stderr.strip().splitlines()[-1:]}")
+        size, events = map(int, written.stdout.split())
         on_disk = os.path.getsize(path)
         print(f"trace: {size / 1e6:.0f} MB of JSON ({on_disk / 1e6:.0f} MB on disk), {events} events")
         out = os.path.join(work, "big.flameprof")

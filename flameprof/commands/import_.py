@@ -47,14 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..collect.importers.folded import counts_to_seconds
-    from ..collect.importers.load import load_bytes, load_input, read_bytes
+    from ..collect.importers.load import load_input
     from ..model import storage
 
     source = "<stdin>" if args.input == "-" else args.input
-    if args.fmt is None:  # a trace is streamed, folded text read a chunk at a time: either may be gigabytes
-        profile = load_input(args.input, args.strict)
-    else:
-        profile = load_bytes(read_bytes(args.input), source, args.fmt, args.strict)
+    # a trace is streamed, folded text read a chunk at a time: either may be gigabytes
+    profile = load_input(args.input, args.strict, args.fmt)
     if args.rate:
         profile = counts_to_seconds(profile, args.rate)
     try:

@@ -62,11 +62,11 @@ class _Reader:
         if self.eof:
             return False
         data = self.fh.read(self.chunk)
-        if self.pos:
-            dropped = self.buf[: self.pos]
-            newlines = dropped.count(b"\n")
+        if self.pos:  # counted where they lie: a copy of the dropped part would cost as much again
+            newlines = self.buf.count(b"\n", 0, self.pos)
             self.lines += newlines
-            self.column = len(dropped) - dropped.rfind(b"\n") - 1 if newlines else self.column + len(dropped)
+            last = self.buf.rfind(b"\n", 0, self.pos)
+            self.column = self.pos - last - 1 if newlines else self.column + self.pos
             self.offset += self.pos
             self.buf, self.pos = self.buf[self.pos :], 0
         if not data:

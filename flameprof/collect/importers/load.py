@@ -103,13 +103,14 @@ def _found(profile: Profile, source: str, fmt: str) -> Profile:
     return profile
 
 
-def load_input(path: str, strict: bool = True) -> Profile:
-    """Load ``path`` in whichever supported format its content is; folded text is read a chunk at a time."""
+def load_input(path: str, strict: bool = True, fmt: str | None = None) -> Profile:
+    """Load ``path`` in format ``fmt`` (whichever supported format its content is when None); folded
+    text and Kineto traces are read a chunk at a time."""
     source = "<stdin>" if path == "-" else path
     with _opened(path) as fh:
         start = fh.tell() if fh.seekable() else None
         head = fh.read(HEAD)
-        fmt = detect_format(head)
+        fmt = fmt or detect_format(head)
         if fmt == "folded":
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
