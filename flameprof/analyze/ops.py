@@ -390,20 +390,24 @@ def _idle_attribution(
     main = Counter(ev["tid"][host].tolist()).most_common(1)[0][0] if len(host) else -1
     starts, ends, mids = idle[:, 0], idle[:, 1], (idle[:, 0] + idle[:, 1]) / 2
     lengths = (ends - starts).tolist()
-    labels = []
-    for mid in mids.tolist():
-        found = -1
-        for rows in (host[ev["tid"][host] == main], host[ev["tid"][host] != main]):
-            covering = rows[(ev["start"][rows] <= mid) & (ev["start"][rows] + ev["dur"][rows] >= mid)]
-            if len(covering):  # the innermost: the latest started, the shortest of those
-                found = int(covering[np.lexsort((ev["dur"][covering], -ev["start"][covering]))[0]])
-                break
-        if found < 0:
-            labels.append("(no host op)")
-        elif ev["layer"][found] >= 0:
-            labels.append(trace.names[int(ev["layer"][found])])
-        else:
-            labels.append(f"({PHASES[int(ev['phase'][found])]})")
+    tids = ev["tid"][host]
+    found = _innermost(ev, host[tids == main], mids)  # the loop thread first
+    others = sorted(set(tids.tolist()) - {main})
+    if others and (found < 0).any():  # else the other threads': the latest started of their innermost
+        best, best_start = np.full(len(mids), -1, dtype=np.int64), np.full(len(mids), -np.inf)
+        for tid in others:
+            inner = _innermost(ev, host[tids == tid], mids)
+            later = (inner >= 0) & (ev["start"][np.maximum(inner, 0)] > best_start)
+            best[later], best_start[later] = inner[later], ev["start"][inner[later]]
+        found = np.where(found >= 0, found, best)
+    labels = [
+        "(no host op)"
+        if k < 0
+        else trace.names[int(ev["layer"][k])]
+        if ev["layer"][k] >= 0
+        else f"({PHASES[int(ev['phase'][k])]})"
+        for k in found.tolist()
+    ]
     by_layer: dict[str, float] = defaultdict(float)
     for label, seconds in zip(labels, lengths):
         by_layer[label] += seconds
@@ -413,6 +417,26 @@ def _idle_attribution(
         if site:
             by_site[site] += seconds
     return _by_seconds(by_layer), _by_seconds(by_site)
+
+
+def _innermost(ev: dict[str, np.ndarray], rows: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Per point, the innermost of one thread's host events ``rows`` running then (-1 for none): the
+    last to start by then (the longer first at equal starts), or the event around it that still runs
+    (host events nest: ``parent`` is the enclosing one). Linear in the events, not their product with
+    the points: a trace holds millions of events and thousands of idle intervals."""
+    if not len(rows):
+        return np.full(len(points), -1, dtype=np.int64)
+    order = rows[np.lexsort((-ev["dur"][rows], ev["start"][rows]))]
+    at = np.searchsorted(ev["start"][order], points, "right") - 1
+    found = np.where(at >= 0, order[np.maximum(at, 0)], -1).astype(np.int64)
+    end = ev["start"] + ev["dur"]
+    parent = ev["parent"].astype(np.int64)
+    for _ in range(256):  # climb to the enclosing event while the found one ended before the point
+        ended = (found >= 0) & (end[np.maximum(found, 0)] < points)
+        if not ended.any():
+            break
+        found[ended] = parent[found[ended]]
+    return np.where((found >= 0) & (end[np.maximum(found, 0)] >= points), found, -1)
 
 
 def _copies(trace: Trace) -> dict[str, CopyStats]:
