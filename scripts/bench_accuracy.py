@@ -142,18 +142,19 @@ def layers(seconds: float, rate: float) -> tuple[dict[str, float], dict[str, flo
     )
 
 
-def report(title: str, truth: dict[str, float], measured: dict[str, float], target: float) -> bool:
+def report(title: str, truth: dict[str, float], measured: dict[str, float], target: float) -> float:
+    """Print truth against measured; the largest error, in points."""
     print(f"\n{title}")
     print(f"  {'':<24} {'truth':>8} {'measured':>9} {'error':>7}")
-    ok = True
+    worst = 0.0
     for name in truth:
         err = measured[name] - truth[name]
-        ok &= abs(err) <= target
+        worst = max(worst, abs(err))
         print(
             f"  {name:<24} {truth[name]:7.1f}% {measured[name]:8.1f}% {err:+6.1f}  "
             f"{'ok' if abs(err) <= target else 'FAIL'}"
         )
-    return ok
+    return worst
 
 
 def main() -> int:
@@ -163,9 +164,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    results = []
+    phases = []
     loader = DataLoader(Synthetic(work=6000), batch_size=16, num_workers=0)
-    results.append(
+    phases.append(
         report(
             f"input-bound (slow Dataset, num_workers=0), {args.seconds:g} s at {args.rate:g} Hz",
             *train(mlp(256, 2), loader, args.seconds, args.rate),
@@ -173,19 +174,17 @@ def main() -> int:
         )
     )
     loader = DataLoader(Synthetic(work=0), batch_size=64, num_workers=0)
-    results.append(
+    phases.append(
         report(
             f"compute-bound (wide MLP), {args.seconds:g} s at {args.rate:g} Hz",
             *train(mlp(1024, 4), loader, args.seconds, args.rate),
             PHASE_TARGET,
         )
     )
-    results.append(
-        report(
-            f"layers (blocks costing 1:2:4), {args.seconds:g} s at {args.rate:g} Hz",
-            *layers(args.seconds, args.rate),
-            LAYER_TARGET,
-        )
+    layers_error = report(
+        f"layers (blocks costing 1:2:4), {args.seconds:g} s at {args.rate:g} Hz",
+        *layers(args.seconds, args.rate),
+        LAYER_TARGET,
     )
     # Not a target: short GIL-holding compute bursts between waits for a worker are under-sampled
     # (the sampler gets the GIL only after the switch interval or when the loop blocks).
@@ -195,11 +194,13 @@ def main() -> int:
         *train(mlp(256, 2), loader, args.seconds, args.rate),
         PHASE_TARGET,
     )
+    met = max(phases) <= PHASE_TARGET and layers_error <= LAYER_TARGET
+    print(f"\nlargest error: phases {max(phases):.1f} points, layers {layers_error:.1f} points")
     print(
-        f"\ntargets: phases within {PHASE_TARGET:g} points, layers within {LAYER_TARGET:g} points: "
-        f"{'all met' if all(results) else 'NOT MET'}"
+        f"targets: phases within {PHASE_TARGET:g} points, layers within {LAYER_TARGET:g} points: "
+        f"{'all met' if met else 'NOT MET'}"
     )
-    return 0 if all(results) else 1
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from flameprof.analyze.breakdown import analyze
 from flameprof.analyze.report import build_report
 from flameprof.model.profile import Mark
+from flameprof.model.records import SAMPLE_COLUMNS
 from flameprof.profiler import Profiler
 
 
@@ -53,7 +54,7 @@ def main() -> None:
     profile = recorded_profile()
     rng = np.random.default_rng(0)
     pick = rng.integers(0, profile.num_samples, args.samples)
-    for name in ("sample_stack", "sample_thread", "sample_wall", "sample_cpu"):
+    for name in SAMPLE_COLUMNS:  # every per-sample column; the times are drawn anew below
         setattr(profile, name, getattr(profile, name)[pick])
     span = float(args.samples) / 100.0
     profile.sample_time = np.sort(rng.random(args.samples) * span)

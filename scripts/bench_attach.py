@@ -9,6 +9,7 @@ thread and calls mmap in the process; measured only where gdb is installed.
 
     python scripts/bench_attach.py              # 5 rounds
     python scripts/bench_attach.py --rounds 9
+    python scripts/bench_attach.py --rounds 2 --no-gdb   # quick
 """
 
 from __future__ import annotations
@@ -94,9 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("-o", "--output", default="/tmp/flameprof-bench-attach")
+    parser.add_argument("--no-gdb", action="store_true", help="leave out gdb's route (a quick run)")
     args = parser.parse_args()
-    configs = {"no attach": None, "inject": "inject", "py-spy": "py-spy"}
-    if shutil.which("gdb"):
+    configs = {"no attach": None, "inject": "inject"}
+    if shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy"):
+        configs["py-spy"] = "py-spy"
+    if shutil.which("gdb") and not args.no_gdb:
         configs["gdb route"] = "gdb"
     gaps: dict[str, list[float]] = {name: [] for name in configs}
     for _ in range(args.rounds):

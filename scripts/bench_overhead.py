@@ -408,11 +408,12 @@ def bench_size(sampler, count: int = 1_000_000) -> list[str]:
 
     from flameprof.model import storage
     from flameprof.model.profile import Profile
+    from flameprof.model.records import SAMPLE_COLUMNS
     from flameprof.model.validate import check_profile
 
     lines = [f"file size of {count} samples:"]
     real = sampler.builder.build()
-    for name in ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu"):
+    for name in SAMPLE_COLUMNS:  # every per-sample column, cut to ``count`` rows
         setattr(real, name, getattr(real, name)[:count])
     rng = np.random.default_rng(0)
     threads, ticks = 8, count // 8

@@ -8,7 +8,7 @@
 * ``import``: importing a ~100 MB torch.profiler trace (a real trace's events repeated): time, and
   peak memory against the file's size.
 
-    python scripts/bench_trace_window.py [--only cost,size,import] [--rounds 3]
+    python scripts/bench_trace_window.py [--only cost,size,import] [--rounds 3] [--steps 2000]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ window = json.loads(sys.argv[1])
 steps = []
 start = time.perf_counter()
 with flameprof.Profiler(rate=100, trace_steps=tuple(window) if window else None) as prof:
-    for _ in range(2000):
+    for _ in range(int(sys.argv[2])):
         t = time.perf_counter()
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
@@ -48,13 +48,13 @@ print(json.dumps({"wall": wall, "steps": steps}))
 """
 
 
-def cost(rounds: int) -> None:
-    window = [1000, 1003]
+def cost(rounds: int, steps: int = 2000) -> None:
+    window = [steps // 2, steps // 2 + 3]
     runs: dict[str, list] = {"sampling": [], "window": []}
     for _ in range(rounds):
         for name, arg in (("sampling", None), ("window", window)):
             out = subprocess.run(
-                [sys.executable, "-c", LOOP, json.dumps(arg)],
+                [sys.executable, "-c", LOOP, json.dumps(arg), str(steps)],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -64,8 +64,8 @@ def cost(rounds: int) -> None:
     base = statistics.median(r["wall"] for r in runs["sampling"])
     traced = statistics.median(r["wall"] for r in runs["window"])
     inside = [s for r in runs["window"] for s in r["steps"][window[0] : window[1]]]
-    outside = [s for r in runs["window"] for s in r["steps"][window[0] - 100 : window[0]]]
-    print(f"cost: 2000 steps at 100 Hz, median of {rounds} interleaved rounds")
+    outside = [s for r in runs["window"] for s in r["steps"][max(0, window[0] - 100) : window[0]]]
+    print(f"cost: {steps} steps at 100 Hz, median of {rounds} interleaved rounds")
     print(f"  sampling only          {base:.3f} s")
     ratio = traced / base
     print(f"  sampling + 3-step window {traced:.3f} s, ratio {ratio:.4f} ({100 * (ratio - 1):+.2f} %)")
@@ -173,10 +173,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="cost,size,import")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--steps", type=int, default=2000, help="training steps of a cost run (window half way)"
+    )
     args = parser.parse_args()
     parts = set(args.only.split(","))
     if "cost" in parts:
-        cost(args.rounds)
+        cost(args.rounds, args.steps)
     if "size" in parts:
         size()
     if "import" in parts:
