@@ -13,8 +13,9 @@
  * - another thread: the clock asks it to let the GIL go at its next bytecode boundary, as a thread
  *   that has waited a switch interval does, waits for that without queueing for the GIL
  *   (await_free_gil), then takes the GIL and samples.
- * A sample is stamped with the tick's time, whenever it is taken. Each tick falls at a random point
- * early in its interval (next_tick): a loop whose period settles on a multiple of the interval
+ * A sample is stamped with the tick's time, whenever it is taken, and records the GIL as the tick
+ * found it: its holder and how many threads waited for it (sampler.c gives each row its state).
+ * Each tick falls at a random point early in its interval (next_tick): a loop whose period settles on a multiple of the interval
  * would otherwise be seen at the same few points of its period all run long (0.2 ms of work
  * between 2 ms waits in a thread: 7.0 % of the ticks instead of 8.9 % in three runs of eleven,
  * with evenly spaced ticks). The clock thread asks the scheduler to run it at its ticks
@@ -51,6 +52,7 @@ static struct {
     int alive, stop, queued;   /* stop and queued: read and written atomically (the main thread takes no lock) */
     uint64_t want, claimed;    /* atomic: the newest tick requested, the newest one a thread took */
     double tick_at[TICK_RING]; /* the time of tick ``seq`` at [seq % TICK_RING] */
+    GilAtTick gil_at[TICK_RING]; /* the GIL at tick ``seq``: its holder and waiters */
     double watch;              /* seconds the clock may spin watching the GIL (0 on one CPU) */
     double interval, slow_interval;
     Sampler *sampler;          /* strong reference while alive */
@@ -117,13 +119,14 @@ pending_sample(void *unused)
     STORE(clk.queued, 0);
     uint64_t seq = LOAD(clk.want);
     double tick = clk.tick_at[seq % TICK_RING];
+    GilAtTick gil = clk.gil_at[seq % TICK_RING];
     if (!claim_tick(seq))
         return 0;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     Sampler *s = clk.sampler;
     Py_INCREF(s);
-    if (flameprof_take_sample(s, clk.ident, tick) < 0)
+    if (flameprof_take_sample(s, clk.ident, tick, &gil) < 0)
         PyErr_Clear();
     __atomic_add_fetch(&clk.by_pending, 1, __ATOMIC_RELEASE);
     Py_DECREF(s);
@@ -220,7 +223,8 @@ acquire_gil(PyThreadState *ts)
  * thread to take it, 30 us after the thaw (a thread that was waiting for the GIL, woken at the
  * thaw, takes it first when there is one): then the clock must take it, and give it back. */
 static int
-sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, double budget, int *claimed, int *switch_due)
+sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, const GilAtTick *gil, double budget, int *claimed,
+              int *switch_due)
 {
     PyThreadState *asked;
     *claimed = *switch_due = 0;
@@ -228,7 +232,7 @@ sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, double budg
         return 0;
     int taken = -1;
     if ((*claimed = claim_tick(seq)))
-        taken = flameprof_take_frozen_sample(clk.sampler, interp, clk.ident, tick);
+        taken = flameprof_take_frozen_sample(clk.sampler, interp, clk.ident, tick, gil);
     flameprof_gil_thaw(interp);
     if (flameprof_switch_pending(interp, asked)) {
         struct timespec pause = {0, 30000};  /* asleep, not spinning: the woken thread may need this CPU */
@@ -350,9 +354,12 @@ clock_main(void *unused)
         double tick = flameprof_monotonic();
         next = next_tick(&slot, tick, &rng);
         uint64_t seq = LOAD(clk.want) + 1;
-        clk.tick_at[seq % TICK_RING] = tick;
-        STORE(clk.want, seq);
+        /* the GIL as the tick found it, before anything here asks its holder to let it go */
         PyThreadState *holder = flameprof_gil_holder(interp);
+        GilAtTick gil = {holder, flameprof_gil_waiters(interp)};
+        clk.tick_at[seq % TICK_RING] = tick;
+        clk.gil_at[seq % TICK_RING] = gil;
+        STORE(clk.want, seq);  /* publishes the tick's time and GIL to the pending call */
         int ask_main = holder != NULL && holder == clk.main_ts;
         pthread_mutex_unlock(&clk.mu);
         if (ask_main) {
@@ -377,7 +384,7 @@ clock_main(void *unused)
         int slow = !clk.stop && clk.on_slow != NULL && now - last_slow >= clk.slow_interval;
         pthread_mutex_unlock(&clk.mu);
         if (fallback) {
-            int frozen = sample_frozen(interp, seq, tick, freeze_budget, &claimed, &switch_due);
+            int frozen = sample_frozen(interp, seq, tick, &gil, freeze_budget, &claimed, &switch_due);
             if (frozen > 0) {
                 clk.by_frozen++;
                 clk.by_clock++;
@@ -387,7 +394,7 @@ clock_main(void *unused)
         if (with_gil || slow || switch_due) {
             acquire_gil(ts);
             if (with_gil && (claimed || claim_tick(seq))) {
-                if (flameprof_take_sample(clk.sampler, clk.ident, tick) < 0)
+                if (flameprof_take_sample(clk.sampler, clk.ident, tick, &gil) < 0)
                     PyErr_Clear();
                 clk.by_clock++;
             }

@@ -7,6 +7,8 @@
  *   thread holds the GIL (the GIL state's holder), the clock sets the flag, as a thread waiting
  *   for the GIL sets it to ask for a switch: the main thread then runs the sample itself at its
  *   next bytecode boundary without handing the GIL over. 3.13 sets it for the main thread itself.
+ * - the GIL's holder and the number of threads waiting for it, read at each tick for the samples'
+ *   GIL states (flameprof_gil_waiters() reads glibc's condition variables).
  * - the GIL's holder, its drop request and its mutex: at a tick when a thread other than the main
  *   one holds the GIL, the clock asks it to let the GIL go at its next bytecode boundary and
  *   samples while holding the GIL's mutex with the GIL free, so that the sample shows every thread
@@ -88,6 +90,40 @@ PyThreadState *
 flameprof_gil_holder(PyInterpreterState *interp)
 {
     return holding(gil_of(interp));
+}
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 25))
+#define COUNTED_WAITERS 1  /* glibc counts a condition's waiters */
+#else
+#define COUNTED_WAITERS 0
+#endif
+
+#if COUNTED_WAITERS
+/* The threads waiting on a condition: since glibc 2.25 each adds 8 to ``__wrefs`` while it waits. */
+static int
+cond_waiters(PyCOND_T *cond)
+{
+    return (int)(__atomic_load_n(&((pthread_cond_t *)cond)->__data.__wrefs, __ATOMIC_RELAXED) >> 3);
+}
+#endif
+
+/* The number of threads waiting for the GIL, or -1 where it cannot be read (not glibc): those
+ * waiting on its condition for it to be let go, and those that let it go at a switch request
+ * and wait on the switch condition for another thread to take it (FORCE_SWITCHING), read from
+ * glibc's condition variables. A hint, read without a lock: a waiter that was woken counts until
+ * it has run and left the wait (under load, while it waits for a CPU), and one whose timed wait
+ * ran out (every switch interval) does not while it looks at the GIL. The clock's own wait on the
+ * condition (flameprof_gil_freeze) is over before the next tick reads it. */
+int
+flameprof_gil_waiters(PyInterpreterState *interp)
+{
+#if COUNTED_WAITERS
+    struct _gil_runtime_state *gil = gil_of(interp);
+    return cond_waiters(&gil->cond) + cond_waiters(&gil->switch_cond);
+#else
+    (void)interp;
+    return -1;
+#endif
 }
 
 /* Seconds on CLOCK_MONOTONIC (the sampler's clock for ticks and samples too). */

@@ -11,6 +11,8 @@ double flameprof_monotonic(void);
 PyThreadState *flameprof_main_thread_state(PyInterpreterState *interp);
 /* The thread state holding the GIL, or NULL when it is free (read without a lock: a hint). */
 PyThreadState *flameprof_gil_holder(PyInterpreterState *interp);
+/* The number of threads waiting for the GIL (a hint), or -1 where it cannot be read. */
+int flameprof_gil_waiters(PyInterpreterState *interp);
 /* Ask the holder to let the GIL go and hold the GIL's mutex with the GIL free, before ``until``:
  * 1 when frozen (end it with flameprof_gil_thaw), 0 otherwise. ``*asked``: the thread asked. */
 int flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyThreadState **asked);

@@ -11,8 +11,8 @@
  * no Python object per sample.
  *
  * Rows: per tick its monotonic time, the previous tick's and its row count; per row the thread
- * index (uint16), stack id (int32) and CPU seconds (float32): 10 bytes a sample plus 20 a tick
- * (wall times follow from the tick times, see append_row).
+ * index (uint16), stack id (int32), CPU seconds (float32) and GIL state (uint8): 11 bytes a sample
+ * plus 20 a tick (wall times follow from the tick times, see append_row; GIL states: gil_states).
  *
  * This file is the Sampler object and the module. The clock thread that asks for a sample at each
  * tick is in clock.c; the hash map its tables use in hash_map.c/.h, its arrays in growable.h.
@@ -40,6 +40,13 @@
 #define MAX_THREAD_INDEX 32767
 #define ROW_FRESH 0x8000    /* in a row's thread field: the thread's first sample (wall from the tick before) */
 
+/* A row's GIL state at its tick (model/records.py has the same values) */
+#define GIL_NOT_HELD 0      /* neither held it nor waited for it */
+#define GIL_HELD 1
+#define GIL_UNKNOWN 2       /* not recorded (flameprof_take_sample without the GIL's state) */
+#define GIL_WAITING 3       /* waited for it while another thread held it */
+#define GIL_CANDIDATE 4     /* within a sample: did not hold it while another thread did, or some waited */
+
 /* A thread's CPU clock is a system call to read (about 3 us, cold, in a sample of a PyTorch loop:
  * most of a sample's cost). It is read at most every CPU_READ_PERIOD seconds, or every MAX_UNREAD
  * rows, and the CPU time since the last read is shared out over the thread's rows since then, by
@@ -61,6 +68,8 @@ typedef struct {
     double last_cpu;    /* NO_CPU when unreadable */
     double last_read;   /* when last_cpu was read */
     uint64_t seen;      /* tick number it was last seen in */
+    uint64_t held_at;   /* tick number it was last seen holding the GIL in (0: never) */
+    uint8_t last_gil;   /* its GIL state in its last row (GIL_*) */
     int unread;                          /* its rows since then, waiting for their CPU time */
     Py_ssize_t unread_row[MAX_UNREAD];
     float unread_wall[MAX_UNREAD];
@@ -82,7 +91,9 @@ typedef struct {
     Py_ssize_t first, count;      /* its frames in the scratch array, leaf first */
     Py_ssize_t scope_first, scope_count;
     int32_t sid;                  /* its stack id, once resolved (frozen samples) */
-    Py_ssize_t thread;            /* its ThreadRec's index, once resolved (frozen samples) */
+    Py_ssize_t thread;            /* its ThreadRec's index, once resolved */
+    Py_ssize_t row;               /* its row in this tick, once appended (-1: none) */
+    int held;                     /* it held the GIL at the tick */
 } Walk;
 
 struct Sampler {
@@ -130,7 +141,8 @@ struct Sampler {
     uint16_t *row_thread;
     int32_t *row_stack;
     float *row_cpu;
-    Py_ssize_t nrows, rthread_cap, rstack_cap, rcpu_cap;
+    uint8_t *row_gil;
+    Py_ssize_t nrows, rthread_cap, rstack_cap, rcpu_cap, rgil_cap;
     Py_ssize_t done_rows;      /* rows of completed ticks: what readers see */
 
     double last_tick;
@@ -450,6 +462,8 @@ new_thread(Sampler *s, unsigned long ident, double now)
     t->last_read = now;
     t->unread = 0;
     t->seen = 0;
+    t->held_at = 0;
+    t->last_gil = GIL_UNKNOWN;
     return t;
 }
 
@@ -492,7 +506,7 @@ walk_in_place(Sampler *s, PyThreadState *ts)
 
 /* Phase 1: collect frames and scope entries of every thread but ``exclude``. */
 static int
-walk_threads(Sampler *s, unsigned long exclude)
+walk_threads(Sampler *s, unsigned long exclude, PyThreadState *holder)
 {
     PyThreadState *self_ts = PyThreadState_Get();
     PyInterpreterState *interp = PyThreadState_GetInterpreter(self_ts);
@@ -508,6 +522,7 @@ walk_threads(Sampler *s, unsigned long exclude)
         w->first = s->nframes;
         w->scope_first = s->nscope;
         w->scope_count = 0;
+        w->held = ts == holder;
         int in_place = walk_in_place(s, ts);
         if (in_place < 0)
             return -1;
@@ -635,27 +650,105 @@ build_ids(Sampler *s, Walk *w, int python)
  * Its wall time is not stored: a thread alive in this tick was sampled in the previous one (else
  * it was forgotten and is fresh now), so the wall time is always the time since the previous tick. */
 static int
-append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now)
+append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now, uint8_t gil)
 {
     uint16_t fresh = t->fresh ? ROW_FRESH : 0;
     t->fresh = 0;
+    if (gil == GIL_HELD)
+        t->held_at = s->tick_count;
     if (t->index < 0 || t->index > MAX_THREAD_INDEX) {
         s->dropped++;
         return 0;
     }
     Py_ssize_t n = s->nrows + 1;
     if (GROW(s->row_thread, s->rthread_cap, n) < 0 || GROW(s->row_stack, s->rstack_cap, n) < 0 ||
-        GROW(s->row_cpu, s->rcpu_cap, n) < 0)
+        GROW(s->row_cpu, s->rcpu_cap, n) < 0 || GROW(s->row_gil, s->rgil_cap, n) < 0)
         return -1;
     s->row_thread[s->nrows] = (uint16_t)t->index | fresh;
     s->row_stack[s->nrows] = sid;
     s->row_cpu[s->nrows] = 0.0f;
+    s->row_gil[s->nrows] = gil;
     t->unread_row[t->unread] = s->nrows;
     t->unread_wall[t->unread++] = (float)(tick - s->last_tick);
     s->nrows = n;
     if (t->unread == MAX_UNREAD || now - t->last_read >= CPU_READ_PERIOD)
         settle_cpu(s, t, now);
     return 0;
+}
+
+/* A walked thread's GIL state at the tick, before gil_states() settles who waited. */
+static uint8_t
+gil_state(const GilAtTick *gil, const Walk *w)
+{
+    if (gil == NULL)
+        return GIL_UNKNOWN;
+    if (w->held)
+        return GIL_HELD;
+    return gil->holder != NULL || gil->waiters > 0 ? GIL_CANDIDATE : GIL_NOT_HELD;
+}
+
+/* How likely a candidate (a thread that did not hold the GIL while another did, or while some
+ * thread waited for it) is to be one of the waiters: one that waited at its previous tick most
+ * (a wait lasts a few switch intervals), then one that held the GIL then (let go of it at a switch
+ * request, it waits to take it back; let go of it for I/O or C code, it does not), then the one
+ * that held it last (a thread blocked in I/O or idle may not have held it for seconds). */
+static int
+waiter_rank(const ThreadRec *t)
+{
+    return t->last_gil == GIL_WAITING ? 2 : t->last_gil == GIL_HELD;
+}
+
+static int
+likelier_waiter(const ThreadRec *a, const ThreadRec *b)
+{
+    int ka = waiter_rank(a), kb = waiter_rank(b);
+    return ka != kb ? ka > kb : a->held_at > b->held_at;
+}
+
+/* Which of the tick's rows waited for the GIL. A thread that waits for it sleeps on its condition
+ * until the holder lets it go, as a thread blocked in I/O or on a lock sleeps elsewhere: the
+ * thread states of CPython 3.10-3.13 cannot tell them apart (3.15's say which threads asked for
+ * the GIL), but its conditions count their waiters (``gil->waiters``, interp_internals.c). When the
+ * candidates are no more than the waiters, each waited; else the waiters are taken to be the
+ * likeliest candidates (likelier_waiter), and the others neither held nor waited. Without a count
+ * of waiters (not glibc), every candidate waited while another thread held the GIL. Each thread's
+ * state is kept for its next tick's. */
+static void
+gil_states(Sampler *s, const GilAtTick *gil)
+{
+    int candidates = 0;
+    for (Py_ssize_t i = 0; i < s->nwalks; i++)
+        if (s->walks[i].row >= 0 && s->row_gil[s->walks[i].row] == GIL_CANDIDATE)
+            candidates++;
+    int waiters = gil == NULL || gil->waiters < 0 || gil->waiters > candidates ? candidates : gil->waiters;
+    for (int k = 0; k < waiters; k++) {
+        Walk *best = NULL;
+        for (Py_ssize_t i = 0; i < s->nwalks; i++) {
+            Walk *w = &s->walks[i];
+            if (w->row >= 0 && s->row_gil[w->row] == GIL_CANDIDATE &&
+                (best == NULL || likelier_waiter(&s->threads[w->thread], &s->threads[best->thread])))
+                best = w;
+        }
+        s->row_gil[best->row] = GIL_WAITING;
+    }
+    for (Py_ssize_t i = 0; i < s->nwalks; i++) {
+        Walk *w = &s->walks[i];
+        if (w->row < 0)
+            continue;
+        if (s->row_gil[w->row] == GIL_CANDIDATE)
+            s->row_gil[w->row] = GIL_NOT_HELD;
+        s->threads[w->thread].last_gil = s->row_gil[w->row];
+    }
+}
+
+/* Append the row of the walked thread ``w`` (its ThreadRec at ``w->thread``), noting it in ``w->row``. */
+static int
+append_walk(Sampler *s, Walk *w, int32_t sid, double tick, double now, const GilAtTick *gil)
+{
+    Py_ssize_t before = s->nrows;
+    int r = append_row(s, &s->threads[w->thread], sid, tick, now, gil_state(gil, w));
+    w->row = s->nrows > before ? before : -1;
+    return r;
 }
 
 /* The time a sample is recorded at: the tick's (when the clock asked for it), within the time
@@ -709,7 +802,7 @@ end_tick(Sampler *s, Py_ssize_t first_row, double tick, double now, int failed)
 /* One sample of every thread but ``exclude``, with the GIL, stamped ``tick`` (0: now); -1 with an
  * exception set when out of memory. */
 int
-flameprof_take_sample(Sampler *s, unsigned long exclude, double tick)
+flameprof_take_sample(Sampler *s, unsigned long exclude, double tick, const GilAtTick *gil)
 {
     if (s->sampling)  /* a callback of this sample let another thread in: skip, do not corrupt it */
         return 0;
@@ -730,11 +823,13 @@ flameprof_take_sample(Sampler *s, unsigned long exclude, double tick)
      * program went on allocating. The count of allocations carries over: the program's next
      * allocation starts the collection in its own thread. */
     int gc_was_enabled = PyGC_Disable();
-    int failed = walk_threads(s, exclude) < 0;
+    int failed = walk_threads(s, exclude, gil != NULL ? gil->holder : NULL) < 0;
     double now = flameprof_monotonic();
     tick = tick_time(s, tick, now);
     s->tick_count++;
     Py_ssize_t first_row = s->nrows;
+    for (Py_ssize_t i = 0; i < s->nwalks; i++)
+        s->walks[i].row = -1;
     for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
         Walk *w = &s->walks[i];
         ThreadRec *t = find_thread(s, w->ident);
@@ -743,9 +838,12 @@ flameprof_take_sample(Sampler *s, unsigned long exclude, double tick)
             continue;
         }
         t->seen = s->tick_count;
-        if (build_ids(s, w, 1) < 0 || append_row(s, t, stack_id(s, s->ids, s->nids), tick, now) < 0)
+        w->thread = t - s->threads;  /* an index: a later walk's new thread may move them */
+        if (build_ids(s, w, 1) < 0 || append_walk(s, w, stack_id(s, s->ids, s->nids), tick, now, gil) < 0)
             failed = 1;
     }
+    if (!failed)
+        gil_states(s, gil);
     release_scratch(s);
     if (gc_was_enabled)
         PyGC_Enable();
@@ -782,7 +880,8 @@ scope_open(Sampler *s)
  * truncation marker), or user scopes are open, or the caches are stale: only a sample with the
  * GIL can resolve that, and nothing was recorded. */
 int
-flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick)
+flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick,
+                             const GilAtTick *gil)
 {
     if (s->sampling || s->stale || scope_open(s))
         return 0;
@@ -798,7 +897,8 @@ flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned lo
             break;
         }
         Walk *w = &s->walks[s->nwalks];
-        *w = (Walk){.ident = ts->thread_id, .first = s->nframes, .scope_first = s->nscope};
+        *w = (Walk){.ident = ts->thread_id, .first = s->nframes, .scope_first = s->nscope, .row = -1,
+                    .held = gil != NULL && ts == gil->holder};
         known = walk_in_place(s, ts) > 0;
         w->count = s->nframes - w->first;
         if (known && w->count > 0)
@@ -820,10 +920,11 @@ flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned lo
         Py_ssize_t first_row = s->nrows;
         int failed = 0;
         for (Py_ssize_t i = 0; i < s->nwalks && !failed; i++) {
-            ThreadRec *t = &s->threads[s->walks[i].thread];
-            t->seen = s->tick_count;
-            failed = append_row(s, t, s->walks[i].sid, tick, now) < 0;
+            s->threads[s->walks[i].thread].seen = s->tick_count;
+            failed = append_walk(s, &s->walks[i], s->walks[i].sid, tick, now, gil) < 0;
         }
+        if (!failed)
+            gil_states(s, gil);
         end_tick(s, first_row, tick, now, failed);
         s->busy += flameprof_monotonic() - start;
     }
@@ -839,7 +940,9 @@ Sampler_sample(Sampler *s, PyObject *args)
     unsigned long exclude = 0;
     if (!PyArg_ParseTuple(args, "|k", &exclude))
         return NULL;
-    if (flameprof_take_sample(s, exclude, 0.0) < 0)
+    PyThreadState *self_ts = PyThreadState_Get();  /* holds the GIL now */
+    GilAtTick gil = {self_ts, flameprof_gil_waiters(PyThreadState_GetInterpreter(self_ts))};
+    if (flameprof_take_sample(s, exclude, 0.0, &gil) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -909,8 +1012,8 @@ tick_range(Sampler *s, Py_ssize_t *first, Py_ssize_t *limit, Py_ssize_t *nrows)
 }
 
 /* Rows of ``limit`` completed ticks from ``first_tick`` on (all of them when limit < 0), as bytes:
- * (tick times f64, rows per tick u32, thread u16, stack i32, wall f64, cpu f32), wall times worked
- * out here (see append_row). */
+ * (tick times f64, rows per tick u32, thread u16, stack i32, wall f64, cpu f32, gil u8), wall
+ * times worked out here (see append_row). */
 static PyObject *
 Sampler_columns(Sampler *s, PyObject *args)
 {
@@ -940,20 +1043,21 @@ Sampler_columns(Sampler *s, PyObject *args)
     }
     Py_ssize_t nticks = limit;
     if (nticks == 0)  /* nothing recorded yet: empty bytes, not None for the NULL buffers */
-        return Py_BuildValue("(y#y#Ny#Ny#)", "", 0, "", 0, thread, "", 0, wall, "", 0);
-    return Py_BuildValue("(y#y#Ny#Ny#)",
+        return Py_BuildValue("(y#y#Ny#Ny#y#)", "", 0, "", 0, thread, "", 0, wall, "", 0, "", 0);
+    return Py_BuildValue("(y#y#Ny#Ny#y#)",
                          (const char *)(s->tick_time + first), nticks * (Py_ssize_t)sizeof(double),
                          (const char *)(s->tick_rows + first), nticks * (Py_ssize_t)sizeof(uint32_t),
                          thread,
                          (const char *)(s->row_stack + row0), nrows * (Py_ssize_t)sizeof(int32_t),
                          wall,
-                         (const char *)(s->row_cpu + row0), nrows * (Py_ssize_t)sizeof(float));
+                         (const char *)(s->row_cpu + row0), nrows * (Py_ssize_t)sizeof(float),
+                         (const char *)(s->row_gil + row0), nrows);
 }
 
 /* One column of a part file (collect/jobs/parts.py) for ``limit`` completed ticks from ``first_tick``
  * on, as the bytes of its .npy data: 0 time (int64 microseconds since ``t0``), 1 thread (int32),
- * 2 stack (int32), 3 wall, 4 cpu (int64 microseconds). Converted here: a part is rewritten every
- * second from all the rows the sampler holds. */
+ * 2 stack (int32), 3 wall, 4 cpu (int64 microseconds), 5 gil (uint8). Converted here: a part is
+ * rewritten every second from all the rows the sampler holds. */
 static PyObject *
 Sampler_part_column(Sampler *s, PyObject *args)
 {
@@ -962,14 +1066,16 @@ Sampler_part_column(Sampler *s, PyObject *args)
     double t0;
     if (!PyArg_ParseTuple(args, "innd", &which, &first, &limit, &t0))
         return NULL;
-    if (which < 0 || which > 4) {
-        PyErr_SetString(PyExc_ValueError, "column must be 0 to 4");
+    if (which < 0 || which > 5) {
+        PyErr_SetString(PyExc_ValueError, "column must be 0 to 5");
         return NULL;
     }
     if (which == 4)
         settle_all(s);
     Py_ssize_t nrows;
     Py_ssize_t row0 = tick_range(s, &first, &limit, &nrows);
+    if (which == 5)
+        return PyBytes_FromStringAndSize(nrows ? (const char *)(s->row_gil + row0) : "", nrows);
     size_t width = (which == 1 || which == 2) ? sizeof(int32_t) : sizeof(int64_t);
     PyObject *out = PyBytes_FromStringAndSize(NULL, nrows * (Py_ssize_t)width);
     if (out == NULL)
@@ -1029,6 +1135,7 @@ Sampler_discard(Sampler *s, PyObject *args)
     memmove(s->row_thread, s->row_thread + nrows, (size_t)keep_rows * sizeof(uint16_t));
     memmove(s->row_stack, s->row_stack + nrows, (size_t)keep_rows * sizeof(int32_t));
     memmove(s->row_cpu, s->row_cpu + nrows, (size_t)keep_rows * sizeof(float));
+    memmove(s->row_gil, s->row_gil + nrows, (size_t)keep_rows);
     /* the first kept tick's previous tick is gone: readers take that time from tick_prev, which
      * end_tick set to it */
     s->nticks = keep_ticks;
@@ -1052,7 +1159,7 @@ static PyObject *
 Sampler_get_memory(Sampler *s, void *unused)
 {
     size_t bytes = (size_t)s->arena_cap * 4 + (size_t)(s->ttime_cap + s->tprev_cap) * 8 + (size_t)s->trows_cap * 4 +
-                   (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rcpu_cap) * 4 +
+                   (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rcpu_cap) * 4 + (size_t)s->rgil_cap +
                    (size_t)(s->codes.cap + s->stacks.cap + s->hook_cache.cap + s->object_frames.cap +
                             s->markers.cap) * sizeof(Entry);
     return PyLong_FromSize_t(bytes);
@@ -1108,7 +1215,8 @@ Sampler_dealloc(Sampler *s)
     flameprof_map_clear(&s->markers);
     flameprof_map_clear(&s->stacks);
     void *bufs[] = {s->arena, s->threads, s->frames, s->walks, s->scope_items, s->ids, s->owners,
-                    s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu};
+                    s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu,
+                    s->row_gil};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     Py_TYPE(s)->tp_free((PyObject *)s);

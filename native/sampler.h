@@ -6,12 +6,20 @@
 /* flameprof._native.Sampler's object. */
 typedef struct Sampler Sampler;
 
-/* One sample of every thread but ``exclude``, with the GIL, stamped ``tick`` (0: now): 0, or -1
- * with an exception set when out of memory. */
-int flameprof_take_sample(Sampler *s, unsigned long exclude, double tick);
+/* The GIL at a tick, read by the clock before the sample is taken: the thread state holding it
+ * (NULL: free; never dereferenced) and the number of threads waiting for it (-1: unknown). */
+typedef struct {
+    PyThreadState *holder;
+    int waiters;
+} GilAtTick;
+
+/* One sample of every thread but ``exclude``, with the GIL, stamped ``tick`` (0: now), with the GIL
+ * at the tick (NULL: unknown): 0, or -1 with an exception set when out of memory. */
+int flameprof_take_sample(Sampler *s, unsigned long exclude, double tick, const GilAtTick *gil);
 /* The same while ``interp`` is frozen (no thread holds the GIL or can take it), called without a
  * thread state: 1 when taken; 0 when only a sample with the GIL can take it (nothing recorded). */
-int flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick);
+int flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned long exclude, double tick,
+                                 const GilAtTick *gil);
 /* The previous-tick time is now (Sampler.mark_start). */
 void flameprof_sampler_mark_start(Sampler *s);
 

@@ -16,7 +16,7 @@ from flameprof.collect.engine.counters import MAX_POINTS, CounterRecorder
 from flameprof.collect.engine.memory_limit import LIST_ROW_BYTES, RAW_SHARE, MemoryLimit
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
-from flameprof.model.records import Frame, Mark
+from flameprof.model.records import GIL_HELD, GIL_UNKNOWN, Frame, Mark
 from flameprof.model.time_windows import WindowedMarks, WindowedSamples, windowed_marks
 
 
@@ -26,10 +26,16 @@ def test_folding_keeps_totals_and_a_coarser_window_merges_cells():
     assert len(folded) == 4 and folded.samples == 5 and folded.until == 3.1
     folded.coarsen()
     assert folded.window == 2.0 and len(folded) == 3  # windows 0-2 and 2-4; thread 1 apart
-    time, thread, stack, wall, cpu = folded.rows()
+    time, thread, stack, wall, cpu, gil = folded.rows()
     assert time == sorted(time) and sum(wall) == pytest.approx(0.5) and sum(cpu) == pytest.approx(0.25)
     # a cell is stamped at its last sample, so it stays on the same side of a step boundary
-    assert time == [1.2, 2.7, 3.1]
+    assert time == [1.2, 2.7, 3.1] and gil == [GIL_UNKNOWN] * 3  # rows given without GIL states
+
+    # samples of different GIL states stay apart, so the time a thread held the GIL stays exact
+    states = WindowedSamples(window=4.0)
+    states.add(0, [0.1, 0.2, 0.3], [0, 0, 0], [5, 5, 5], [0.1, 0.2, 0.4], [0.0] * 3, [GIL_HELD, 0, GIL_HELD])
+    by_state = dict(zip(states.rows()[5], states.rows()[3]))
+    assert by_state == {GIL_HELD: pytest.approx(0.5), 0: pytest.approx(0.2)}
 
     marks = WindowedMarks(window=4.0)
     marks.add([Mark(t, 0, "step", "user") for t in (0.5, 1.5, 2.5, 4.5)] + [Mark(1.0, 0, "epoch", "")])

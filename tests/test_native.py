@@ -21,7 +21,7 @@ from flameprof.collect.engine.choose_sampler import make_sampler
 from flameprof.collect.engine.interning import MAX_DEPTH
 from flameprof.collect.engine.python_sampler import PythonSampler
 from flameprof.model.builder import ProfileBuilder
-from flameprof.model.records import Frame
+from flameprof.model.records import GIL_HELD, GIL_NOT_HELD, Frame
 from flameprof.model.validate import check_profile
 
 FLAMEPROF_DIR = os.path.join(REPO, "flameprof")
@@ -644,7 +644,7 @@ def test_garbage_collection_with_finalizers_during_sampling_neither_crashes_nor_
     proc = run_script("""
         import gc, threading, time
         from flameprof.collect.engine.c_sampler import CSampler
-        from flameprof.model.records import Frame
+        from flameprof.model.records import GIL_HELD, GIL_NOT_HELD, Frame
         from flameprof.model.builder import ProfileBuilder
         from flameprof.model.validate import check_profile
 
@@ -744,17 +744,19 @@ def test_part_columns_are_the_rows_in_microseconds():
         sampler = CSampler(ProfileBuilder())
         for _ in range(5):
             sampler.sample()
-    time, thread, stack, wall, cpu = sampler.columns()
+    time, thread, stack, wall, cpu, gil = sampler.columns()
     ticks = sampler.completed_ticks
     assert sampler.rows_in(0, ticks) == len(time) and sampler.rows_in(1, 2) < len(time)
-    chunks = [[sampler.part_column(w, first, 2) for first in range(0, ticks, 2)] for w in range(5)]
-    codes = ("<i8", "<i4", "<i4", "<i8", "<i8")
+    chunks = [[sampler.part_column(w, first, 2) for first in range(0, ticks, 2)] for w in range(6)]
+    codes = ("<i8", "<i4", "<i4", "<i8", "<i8", "u1")
     got = [np.frombuffer(b"".join(c), dtype=code) for c, code in zip(chunks, codes)]
     assert np.array_equal(got[0], np.rint(time * 1e6)) and np.array_equal(got[1], thread)
     assert np.array_equal(got[2], stack) and np.array_equal(got[3], np.rint(wall * 1e6))
     assert np.abs(got[4] - cpu * 1e6).max() <= 1
+    # asked for from Python, by the thread holding the GIL; "part" neither held it nor waited
+    assert np.array_equal(got[5], gil) and set(gil.tolist()) == {GIL_HELD, GIL_NOT_HELD}
     with pytest.raises(ValueError):
-        sampler.part_column(5, 0, 1)
+        sampler.part_column(6, 0, 1)
 
 
 class Capturing:

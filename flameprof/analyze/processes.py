@@ -208,6 +208,7 @@ def _only(profile: Profile, mask: np.ndarray) -> Profile:
         [m for m in profile.marks if m.thread in threads],
         {},
         profile.meta,
+        sample_gil=profile.sample_gil[mask],
     )
 
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .records import Frame, Mark, ProcessInfo, ThreadInfo
+from .records import GIL_UNKNOWN, Frame, Mark, ProcessInfo, ThreadInfo
 from .time_windows import WindowedMarks, WindowedSamples
 
 if TYPE_CHECKING:
@@ -26,11 +26,13 @@ class SampleStore(Protocol):
     @property
     def completed_ticks(self) -> int: ...
     def __len__(self) -> int: ...
-    def take_ticks(self, n: int) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview]: ...
+    def take_ticks(
+        self, n: int
+    ) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview, memoryview]: ...
     def discard_all(self) -> int: ...
     def rows_in(self, first_tick: int, limit: int) -> int: ...
     def part_column(self, which: int, first_tick: int, limit: int) -> bytes: ...
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
 
 
 class ProfileBuilder:
@@ -51,7 +53,8 @@ class ProfileBuilder:
         self.wall: list[float] = []
         self.cpu: list[float] = []
         # Compact sample stores (the native sampler's C buffers): each has len() and columns() ->
-        # (time, thread, stack, wall, cpu) arrays; their rows come before the list columns' rows.
+        # (time, thread, stack, wall, cpu, gil) arrays; their rows come before the list columns' rows,
+        # whose GIL states are unknown (records.GIL_UNKNOWN: the pure-Python sampler cannot tell).
         self.sample_stores: list[SampleStore] = []
         self.marks: list[Mark] = []
         # Callables that move marks recorded elsewhere (the C step hook's buffer) into ``marks``;
@@ -165,7 +168,7 @@ class ProfileBuilder:
 
         with self.lock:
             self.collect_marks()
-            dtypes = (np.float64, np.int32, np.int32, np.float64, np.float64)
+            dtypes = (np.float64, np.int32, np.int32, np.float64, np.float64, np.uint8)
             n_list = len(self.cpu)  # the list columns are appended time first, cpu last
             with_folded = first < self.rows_taken_off
             parts: list[tuple[Collection[float], ...]] = [self.windowed.rows(epoch)] if with_folded else []
@@ -177,6 +180,7 @@ class ProfileBuilder:
                     self.stack[:n_list],
                     self.wall[:n_list],
                     self.cpu[:n_list],
+                    np.full(n_list, GIL_UNKNOWN, dtype=np.uint8),
                 )
             )
             marks = self.windowed_marks.marks() + self.marks
@@ -200,6 +204,7 @@ class ProfileBuilder:
             sample_stack=columns[2],
             sample_wall=columns[3],
             sample_cpu=columns[4],
+            sample_gil=columns[5],
             marks=sorted(marks, key=lambda m: m.time),  # drained sources append late
             counters={
                 k: (np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64))

@@ -64,7 +64,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
     epoch = min(float(p.meta.get("start_time", 0.0)) for p in profiles)
     builder = ProfileBuilder()
     threads: list[ThreadInfo] = []
-    columns: dict[str, list[np.ndarray]] = {k: [] for k in ("time", "thread", "stack", "wall", "cpu")}
+    columns: dict[str, list[np.ndarray]] = {k: [] for k in ("time", "thread", "stack", "wall", "cpu", "gil")}
     marks: list[Mark] = []
     counters: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     traces: list[Trace] = []
@@ -84,6 +84,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         columns["stack"].append(stack_map[profile.sample_stack + 1])
         columns["wall"].append(profile.sample_wall)
         columns["cpu"].append(profile.sample_cpu)
+        columns["gil"].append(profile.sample_gil)
         marks.extend(Mark(m.time + offset, int(thread_map[m.thread]), m.name, m.value) for m in profile.marks)
         if profile.trace is not None:
             traces.append(shifted(profile.trace, offset))
@@ -104,6 +105,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         sample_stack=np.concatenate(columns["stack"])[order],
         sample_wall=np.concatenate(columns["wall"])[order],
         sample_cpu=np.concatenate(columns["cpu"])[order],
+        sample_gil=np.concatenate(columns["gil"])[order],
         marks=sorted(marks, key=lambda m: m.time),
         counters={k: _by_time(t, v) for k, (t, v) in counters.items()},
         meta=_merged_meta(profiles, infos, epoch, end, hosts),

@@ -9,13 +9,23 @@ re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .records import FRAME_KINDS, SAMPLE_COLUMNS, Frame, Mark, ProcessInfo, ThreadInfo
+from .records import (
+    FRAME_KINDS,
+    GIL_UNKNOWN,
+    GIL_WAITING,
+    SAMPLE_COLUMNS,
+    Frame,
+    Mark,
+    ProcessInfo,
+    ThreadInfo,
+)
 from .trace import Trace
 
 __all__ = [
@@ -38,6 +48,15 @@ def _i32(values: Iterable[int] = ()) -> np.ndarray:
     return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.int32)
 
 
+def _u8(values: Iterable[int] = ()) -> np.ndarray:
+    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.uint8)
+
+
+# The weight modes: wall time, CPU time, one per sample, and the wall time of samples whose thread
+# waited for the GIL (``gil``: only the C sampler records it, see records.GIL_WAITING).
+MODES = ("wall", "cpu", "samples", "gil")
+
+
 @dataclass
 class Profile:
     """A whole profile. Times are seconds; ``sample_time`` is relative to ``meta['start_time']`` (epoch)."""
@@ -56,6 +75,9 @@ class Profile:
     counters: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = None  # the traced window's ops, device activity and memory, when one ran
+    # each sample's thread's part of the GIL (records.GIL_*); left out, every sample's is unknown.
+    # Last, so the fields before it keep their positions.
+    sample_gil: np.ndarray = field(default_factory=_u8)
 
     def __post_init__(self) -> None:
         self.stack_parent = _i32(self.stack_parent)
@@ -65,6 +87,9 @@ class Profile:
         self.sample_stack = _i32(self.sample_stack)
         self.sample_wall = _f64(self.sample_wall)
         self.sample_cpu = _f64(self.sample_cpu)
+        self.sample_gil = _u8(self.sample_gil)
+        if not len(self.sample_gil) and len(self.sample_stack):
+            self.sample_gil = np.full(len(self.sample_stack), GIL_UNKNOWN, dtype=np.uint8)
 
     @property
     def num_samples(self) -> int:
@@ -80,14 +105,29 @@ class Profile:
         return float(self.sample_time.max() - (self.sample_time - self.sample_wall).min())
 
     def weights(self, mode: str = "wall") -> np.ndarray:
-        """Per-sample weight in seconds for ``mode`` ``wall``/``cpu``, or 1 per sample for ``samples``."""
+        """Per-sample weight in seconds for ``mode`` ``wall``/``cpu``, 1 per sample for ``samples``, or
+        for ``gil`` the wall time of the samples whose thread waited for the GIL (0 for the others)."""
         if mode == "wall":
             return self.sample_wall
         if mode == "cpu":
             return self.sample_cpu
         if mode == "samples":
             return np.ones(self.num_samples)
-        raise ValueError(f"unknown weight mode {mode!r} (expected wall, cpu or samples)")
+        if mode == "gil":
+            return np.where(self.sample_gil == GIL_WAITING, self.sample_wall, 0.0)
+        raise ValueError(f"unknown weight mode {mode!r} (expected {', '.join(MODES[:-1])} or {MODES[-1]})")
+
+    @property
+    def has_gil_states(self) -> bool:
+        """Whether some sample's GIL state is known (the C sampler recorded it)."""
+        return bool(np.any(self.sample_gil != GIL_UNKNOWN))
+
+    def waiting_for_gil(self) -> Profile:
+        """A copy with only the samples whose thread waited for the GIL: what ``--mode gil`` draws,
+        so that sample counts, like the weights, are of those samples alone."""
+        out = dataclasses.replace(self)
+        out.select(self.sample_gil == GIL_WAITING)
+        return out
 
     def select(self, rows: slice | np.ndarray) -> None:
         """Keep only the samples ``rows`` (a slice, a boolean mask or indexes) in every sample column."""

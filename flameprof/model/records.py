@@ -13,7 +13,14 @@ from typing import NamedTuple
 # ``marker``: flameprof's own notes such as a truncated stack.
 FRAME_KINDS = ("python", "native", "layer", "scope", "process", "thread", "marker")
 # The per-sample columns of a profile, one row per observation of one thread.
-SAMPLE_COLUMNS = ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu")
+SAMPLE_COLUMNS = ("sample_time", "sample_thread", "sample_stack", "sample_wall", "sample_cpu", "sample_gil")
+# A sample's ``sample_gil``: its thread's part of the GIL at its tick. Only the C sampler can tell
+# (native/sampler.c, gil_states): the pure-Python sampler's samples, other tools' files and files
+# written before the column are unknown.
+GIL_NOT_HELD = 0  # neither held it nor waited for it (ran C code without it, was blocked or idle)
+GIL_HELD = 1
+GIL_UNKNOWN = 2
+GIL_WAITING = 3  # waited for it while another thread held it
 
 
 @dataclass(frozen=True)

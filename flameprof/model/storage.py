@@ -11,6 +11,8 @@ Layout (format version 1, documented in docs/file-format.md):
   sample_time.npy  int64 microseconds since meta.start_time
   sample_thread.npy int32, sample_stack.npy int32
   sample_wall.npy, sample_cpu.npy  int64 microseconds
+  sample_gil.npy   uint8: each sample's thread's part of the GIL (records.GIL_*); a file written
+                   before it has none, and its samples' states are unknown
   trace.json, trace_events_<column>.npy, trace_memory_<column>.npy
                    only when a traced window ran (model/trace.py has the columns)
 Writes go to a temporary file renamed into place, so a reader never sees half a profile.
@@ -92,6 +94,7 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
         "sample_stack": lambda: profile.sample_stack.astype(np.int32),
         "sample_wall": lambda: times["sample_wall"],
         "sample_cpu": lambda: times["sample_cpu"],
+        "sample_gil": lambda: profile.sample_gil.astype(np.uint8),
     }
     if profile.trace is not None:
         trace = profile.trace
@@ -173,12 +176,21 @@ def loads(data: bytes, source: str = "<bytes>") -> Profile:
             },
             meta=meta,
             trace=_trace(data),
+            sample_gil=_gil_states(data),
             **{name: columns[name] / _US if name in _TIMES else columns[name] for name in _COLUMNS},
         )
         validate.check_profile(profile)
         return profile
     except ValueError as exc:
         raise FlameprofError(f"{source}: corrupt or truncated flameprof file ({exc})") from None
+
+
+def _gil_states(data: bytes) -> np.ndarray:
+    """The samples' GIL states; none (every one unknown: ``Profile``) in a file written before them."""
+    members = read_members(data, ("sample_gil.npy",), optional=True)
+    if not members:
+        return np.zeros(0, np.uint8)
+    return read_column(members["sample_gil.npy"], "sample_gil", np.uint8)
 
 
 _TRACE_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {

@@ -1,20 +1,21 @@
 """Old samples and marks folded into per-window aggregates, so a profile of a run of days stays
 within a memory limit (``collect/engine/memory_limit.py`` decides when).
 
-A folded sample is one row per (time window, thread, stack): the wall and CPU seconds of every
-sample it stands for, stamped at the time of the last of them. Totals per stack, thread, phase and
-layer stay exact (a phase is decided by the stack); only the timeline coarsens to the window. A
-folded mark is one mark per (window, thread, name, value), named ``folded:<name>``, whose value
-says how many marks it stands for and when the first of them was: step counts stay exact and the
-first step still ends startup. No numpy: this runs inside the profiled program.
+A folded sample is one row per (time window, thread, stack, GIL state): the wall and CPU seconds of
+every sample it stands for, stamped at the time of the last of them. Totals per stack, thread, phase,
+layer and GIL state stay exact (a phase is decided by the stack); only the timeline coarsens to the
+window. A folded mark is one mark per (window, thread, name, value), named ``folded:<name>``, whose
+value says how many marks it stands for and when the first of them was: step counts stay exact and
+the first step still ends startup. No numpy: this runs inside the profiled program.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import repeat
 from typing import Any, NamedTuple
 
-from .records import Mark
+from .records import GIL_UNKNOWN, Mark
 
 FOLDED_PREFIX = "folded:"
 FIRST_WINDOW = 8.0  # seconds; doubled whenever the folded rows outgrow their share of the budget
@@ -54,7 +55,8 @@ class _WindowCells:
 
 
 class WindowedSamples(_WindowCells):
-    """(epoch, window, thread, stack) -> [wall, cpu, last time], over the samples folded so far.
+    """(epoch, window, thread, stack, GIL state) -> [wall, cpu, last time], over the samples folded
+    so far.
 
     An epoch begins at the sample where a profiling window opens (``cut``): cells never span one,
     so a window's folded samples are exactly those of its epochs."""
@@ -86,19 +88,21 @@ class WindowedSamples(_WindowCells):
         stacks: Iterable[int],
         walls: Iterable[float],
         cpus: Iterable[float],
+        gils: Iterable[int] | None = None,
     ) -> None:
         """Fold samples in, given as columns (times on the profile's time base, in order) of the
-        samples from index ``first`` on."""
+        samples from index ``first`` on; without ``gils``, their GIL states are unknown."""
         cells, window, cuts = self.cells, self.window, self.cuts
         epoch = sum(1 for c in cuts if c <= first)
         n, last = 0, self.until
         next_cut = cuts[epoch] - first if epoch < len(cuts) else -1
         # the fold's hot loop, so _merge is written out: times only grow, so the last is the latest
-        for time, thread, stack, wall, cpu in zip(times, threads, stacks, walls, cpus):
+        states = repeat(GIL_UNKNOWN) if gils is None else gils
+        for time, thread, stack, wall, cpu, gil in zip(times, threads, stacks, walls, cpus, states):
             while n == next_cut:  # (two windows may open at the same sample)
                 epoch += 1
                 next_cut = cuts[epoch] - first if epoch < len(cuts) else -1
-            key = (epoch, int(time // window), thread, stack)
+            key = (epoch, int(time // window), thread, stack, gil)
             cell = cells.get(key)
             if cell is None:
                 cells[key] = [wall, cpu, time]
@@ -111,9 +115,11 @@ class WindowedSamples(_WindowCells):
         self.samples += n
         self.until = max(self.until, last)
 
-    def rows(self, epoch: int = 0) -> tuple[list[float], list[int], list[int], list[float], list[float]]:
+    def rows(
+        self, epoch: int = 0
+    ) -> tuple[list[float], list[int], list[int], list[float], list[float], list[int]]:
         """The folded rows of epochs from ``epoch`` on as sample columns (time, thread, stack, wall,
-        cpu), in time order."""
+        cpu, gil), in time order."""
         ordered = sorted(
             ((k, c) for k, c in self.cells.items() if k[0] >= epoch), key=lambda item: item[1][2]
         )
@@ -123,6 +129,7 @@ class WindowedSamples(_WindowCells):
             [key[3] for key, _ in ordered],
             [cell[0] for _, cell in ordered],
             [cell[1] for _, cell in ordered],
+            [key[4] for key, _ in ordered],
         )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .profile import Profile
-from .records import FRAME_KINDS, SAMPLE_COLUMNS
+from .records import FRAME_KINDS, GIL_WAITING, SAMPLE_COLUMNS
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # a thread id is an unsigned 64-bit pthread handle
 _MAX_DEPTH = 16  # nesting of a metadata value
@@ -147,6 +147,8 @@ def check_profile(profile: Profile) -> None:
         raise ValueError(f"sample times must be finite, within {MAX_SECONDS:g} s")
     unit = profile.meta.get("weight_unit", "seconds")
     most = MAX_SECONDS if unit == "seconds" else MAX_COUNT
+    if n and profile.sample_gil.max() > GIL_WAITING:
+        raise ValueError(f"sample_gil: states must be 0 to {GIL_WAITING}")
     for name in ("sample_wall", "sample_cpu"):
         weights = arrays[name]
         with np.errstate(over="ignore"):  # a total past a double is reported here, not warned about

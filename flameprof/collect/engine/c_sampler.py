@@ -3,7 +3,8 @@
 ``flameprof._native.Sampler`` walks the frames of all threads and keeps interned frames, stacks
 and compact sample rows in C; it calls back here only for what it sees for the first time (a new
 code object, stack, thread, layer-hook result or truncation marker), and those callbacks intern
-into the same ``ProfileBuilder`` the Python sampler uses. The rows stay in C (10 bytes a sample)
+into the same ``ProfileBuilder`` the Python sampler uses. Unlike it, each row also says whether its
+thread held the GIL at the tick or waited for it. The rows stay in C (11 bytes a sample)
 until a profile is built or the memory limit folds the oldest (``take_ticks``): the sampler is one
 of the builder's ``sample_stores``.
 """
@@ -28,13 +29,14 @@ TICK_HOOK_INTERVAL = 0.2
 atexit.register(_native.stop_clock)  # before the interpreter goes away, never during
 
 
-_TYPECODES: tuple[Literal["d", "I", "H", "i", "f"], ...] = (
+_TYPECODES: tuple[Literal["d", "I", "H", "i", "f", "B"], ...] = (
     "d",
     "I",
     "H",
     "i",
     "d",
     "f",
+    "B",
 )  # of the columns of Sampler.columns()
 
 
@@ -106,18 +108,20 @@ class CSampler(SamplerBase):
     def __len__(self) -> int:
         return self._c.rows
 
-    def take_ticks(self, n: int) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview]:
+    def take_ticks(
+        self, n: int
+    ) -> tuple[list[float], memoryview, memoryview, memoryview, memoryview, memoryview]:
         """Remove the first ``n`` completed ticks (the oldest rows) from the C buffers; returns their
-        rows as columns (time since t0, thread, stack, wall, cpu), without numpy."""
+        rows as columns (time since t0, thread, stack, wall, cpu, gil), without numpy."""
         b = self.builder
         with b.lock:
-            tick_time, tick_rows, thread, stack, wall, cpu = _views(self._c.columns(0, n))
+            tick_time, tick_rows, thread, stack, wall, cpu, gil = _views(self._c.columns(0, n))
             times: list[float] = []
             t0 = self.t0
             for tick, rows in zip(tick_time, tick_rows):
                 times += [tick - t0] * rows
             b.rows_taken_off += self._c.discard(len(tick_time))
-        return times, thread, stack, wall, cpu
+        return times, thread, stack, wall, cpu, gil
 
     def discard_all(self) -> int:
         """Drop every completed row; returns how many."""
@@ -134,11 +138,11 @@ class CSampler(SamplerBase):
         """One part-file column of ``limit`` ticks from ``first_tick`` on (see native/sampler.c)."""
         return self._c.part_column(which, first_tick, limit, self.t0)
 
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(time since t0, thread, stack, wall, cpu) as numpy arrays, rows of completed samples only."""
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(time since t0, thread, stack, wall, cpu, gil) as numpy arrays, rows of completed samples only."""
         import numpy as np
 
-        tick_time, tick_rows, thread, stack, wall, cpu = self._c.columns()
+        tick_time, tick_rows, thread, stack, wall, cpu, gil = self._c.columns()
         times = np.frombuffer(tick_time, dtype=np.float64) - self.t0
         return (
             np.repeat(times, np.frombuffer(tick_rows, dtype=np.uint32)),
@@ -146,4 +150,5 @@ class CSampler(SamplerBase):
             np.frombuffer(stack, dtype=np.int32).copy(),
             np.frombuffer(wall, dtype=np.float64).copy(),
             np.frombuffer(cpu, dtype=np.float32).astype(np.float64),
+            np.frombuffer(gil, dtype=np.uint8).copy(),
         )

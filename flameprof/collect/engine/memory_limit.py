@@ -16,7 +16,7 @@ from ...model.time_windows import WindowedMarks, WindowedSamples
 
 DEFAULT_MEMORY_LIMIT = 64 * 2**20
 # Bytes each kind of record takes, measured on CPython 3.11 (scripts/bench_memory.py): a native
-# sampler's row (10 bytes in C, twice that while its buffer grows, and a part-file copy while a
+# sampler's row (11 bytes in C, twice that while its buffer grows, and a part-file copy while a
 # part is written); a pure-Python sampler's row (five list slots and three floats); a folded row
 # (a dict entry: key tuple and a list of three floats); a mark.
 C_ROW_BYTES = 24

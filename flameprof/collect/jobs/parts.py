@@ -32,7 +32,7 @@ from ...model.fileformat import (
     thread_row,
     write_zip,
 )
-from ...model.records import SAMPLE_COLUMNS, ProcessInfo
+from ...model.records import GIL_UNKNOWN, SAMPLE_COLUMNS, ProcessInfo
 from ..process_alive import alive
 
 PREFIX = "part-"
@@ -46,8 +46,8 @@ def part_path(directory: str, host: str, pid: int) -> str:
 
 def _npy_header(code: str, rows: int) -> bytes:
     """The header of numpy's ``.npy`` format (version 1.0) for ``rows`` integers of array typecode
-    ``code``: padded text."""
-    descr = f"{_ENDIAN}i{array(code).itemsize}"
+    ``code`` (signed, or ``B``: bytes): padded text."""
+    descr = "|u1" if code == "B" else f"{_ENDIAN}i{array(code).itemsize}"
     header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({rows},), }}"
     header += " " * (-(10 + len(header) + 1) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
@@ -62,7 +62,7 @@ def _series(times: list[float], values: list[float]) -> list[list[float]]:
     return [list(times[:n]), list(values[:n])]
 
 
-_ARRAY_CODES = ("q", "i", "i", "q", "q")  # of the sample columns in a part (SAMPLE_COLUMNS' order)
+_ARRAY_CODES = ("q", "i", "i", "q", "q", "B")  # of the sample columns in a part (SAMPLE_COLUMNS' order)
 CHUNK_TICKS = 8192  # ticks converted at a time: a part is streamed, never held whole
 
 
@@ -140,14 +140,15 @@ class PartWriter:
     def _sources(self) -> list[tuple[int, Callable[[int], Iterable[bytes]]]]:
         """What the sample columns are made of, in row order: (rows, the bytes of column ``which``
         of them, in chunks) of the folded rows, each native store's completed ticks, and the list
-        columns (appended time first, cpu last)."""
+        columns (appended time first, cpu last; their GIL states unknown)."""
         b = self.builder
         out = [_rows_source(b.windowed.rows())] if b.windowed.samples else []
         for store in b.sample_stores:
             ticks = store.completed_ticks
             out.append((store.rows_in(0, ticks), partial(_store_chunks, store, ticks)))
         n = len(b.cpu)
-        out.append(_rows_source((b.time[:n], b.thread[:n], b.stack[:n], b.wall[:n], b.cpu[:n])))
+        gil = [GIL_UNKNOWN] * n
+        out.append(_rows_source((b.time[:n], b.thread[:n], b.stack[:n], b.wall[:n], b.cpu[:n], gil)))
         return out
 
     def _npy_members(self, tables: dict[str, array], sources: list):
@@ -188,7 +189,7 @@ class _Appender:
 
 
 def _rows_source(columns: tuple) -> tuple[int, Callable[[int], Iterable[bytes]]]:
-    """A source of rows held as Python columns (time, thread, stack, wall, cpu)."""
+    """A source of rows held as Python columns (time, thread, stack, wall, cpu, gil)."""
 
     def chunks(which: int) -> Iterable[bytes]:
         values = columns[which]

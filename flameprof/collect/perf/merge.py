@@ -108,12 +108,12 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
         profile.sample_thread.tolist(),
         profile.sample_stack.tolist(),
     )
-    wall, cpu = profile.sample_wall.tolist(), profile.sample_cpu.tolist()
-    columns: tuple[list, list, list, list, list] = ([], [], [], [], [])
+    wall, cpu, gil = profile.sample_wall.tolist(), profile.sample_cpu.tolist(), profile.sample_gil.tolist()
+    columns: tuple[list, list, list, list, list, list] = ([], [], [], [], [], [])
     grafted = 0
 
     def emit(i: int, sid: int, w: float, c: float) -> None:
-        for column, value in zip(columns, (time[i], thread[i], sid, w, c)):
+        for column, value in zip(columns, (time[i], thread[i], sid, w, c, gil[i])):
             column.append(value)
 
     for i in range(len(stack)):
@@ -163,5 +163,6 @@ def merge_native(profile: Profile, perf: Profile, pid: int, offset: float) -> Pr
         sample_stack=np.asarray(columns[2]),
         sample_wall=np.asarray(columns[3]),
         sample_cpu=np.asarray(columns[4]),
+        sample_gil=np.asarray(columns[5], dtype=np.uint8),
         meta=meta,
     )
