@@ -122,8 +122,9 @@ def test_json_keys_are_stable():
     data = json.loads(
         render_report(report_of(stepped({"wait": 1, "fetch": 1, "forward": 6, "backward": 2})), "json")
     )
-    assert data["report_version"] == 2
-    assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples"} <= set(data)
+    assert data["report_version"] == 3
+    assert {"phases", "steps", "layers", "verdict", "functions", "duration", "samples", "gil"} <= set(data)
+    assert data["gil"] is None  # built in Python: no sample's GIL state is known
     assert list(data["phases"]) == [
         "data",
         "forward",

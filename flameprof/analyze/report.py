@@ -19,6 +19,7 @@ from ..model.profile import Profile
 from .advice import HIGHLY, MODERATELY, judge, judge_on_device
 from .breakdown import Analysis, Row, analyze
 from .device_phases import DeviceTimeSection, device_time
+from .gil import GilSection, gil_section
 from .graph_advice import GraphAdvice, graph_advice
 from .memory_flow import MemoryFlow, memory_flow
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
@@ -28,8 +29,9 @@ from .step_detail import NotableStep, StepDetail, StepLayers, notable_steps, ste
 
 # Version 2: version 1's keys and ``device_time``; what a profile lacks is null (``ops``, ``memory``
 # and ``device`` without a traced window, ``device_time`` without device stamps, ``steps.steady``'s
-# statistics without steady steps), not absent or ``{}``.
-REPORT_VERSION = 2
+# statistics without steady steps), not absent or ``{}``. Version 3: version 2's and ``gil`` (null
+# when no sample's GIL state is known).
+REPORT_VERSION = 3
 TOP = 10  # functions ranked
 
 
@@ -157,6 +159,7 @@ class Report:
     step: StepDetail | None  # one step beside the average (``report --step N``)
     graph_advice: list[GraphAdvice]  # what to change in the model's graph, and what it would save
     memory_flow: MemoryFlow | None  # the traced window's memory over time, by allocating layer
+    gil: GilSection | None  # each thread's time holding the GIL, waiting for it, ... (C sampler only)
 
     def basis_phases(self) -> dict[str, Share]:
         """The steady-state steps' phases when there are steady steps, else the whole run's."""
@@ -289,6 +292,7 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "", step: i
         step=step_detail(analysis, layers, step) if step is not None else None,
         graph_advice=graph_advice(analysis, layers.names, layers.average, _steady_wall(analysis)),
         memory_flow=memory_flow(profile.trace) if profile.trace is not None else None,
+        gil=gil_section(profile),
     )
 
 

@@ -157,7 +157,8 @@ def tree_unit(profile: Profile, mode: str) -> str:
 
 
 def build_tree(profile: Profile, mode: str = "wall", view: str = "code") -> CallTree:
-    """The call tree of ``profile`` seen in ``view``, weighted by ``mode`` (wall, cpu or samples)."""
+    """The call tree of ``profile`` seen in ``view``, weighted by ``mode`` (wall, cpu, samples or gil:
+    the samples' counts stay every sample's, see ``Profile.waiting_for_gil``)."""
     unit = tree_unit(profile, mode)
     counted = profile.meta.get("weight_unit", "seconds") == "count"
     weight_mode = "wall" if counted and mode == "samples" else mode  # a folded count is the sample count

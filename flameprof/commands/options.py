@@ -87,15 +87,17 @@ def add_sampling_options(parser: argparse.ArgumentParser, output: str, holds: st
     )
 
 
-def add_render_options(parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu")) -> None:
+def add_render_options(
+    parser: argparse.ArgumentParser, modes: tuple[str, ...] = ("wall", "cpu", "gil")
+) -> None:
     """How profiles are shown: weight, folded counts, flame graph look."""
     parser.add_argument(
         "--mode",
         choices=modes,
         default="wall",
         help="weight shown: wall time (idle time visible), CPU time"
-        + (" or sample counts" if "samples" in modes else "")
-        + " (default: wall)",
+        + (", sample counts" if "samples" in modes else "")
+        + ", or gil: the time threads waited for the GIL (C sampler only) (default: wall)",
     )
     parser.add_argument(
         "--count",

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "-o", "--output", required=True, metavar="OUT", help="output file (.svg, .folded; - for stdout)"
     )
-    add_render_options(p, modes=("wall", "cpu", "samples"))
+    add_render_options(p, modes=("wall", "cpu", "samples", "gil"))
     p.add_argument(
         "--view",
         default="code",
@@ -48,6 +48,11 @@ def render(args: argparse.Namespace) -> int:
     if args.formats and args.output == "-":
         raise FlameprofError("--format writes files next to -o OUT, so OUT cannot be - (stdout)")
     profile = load_input(args.input, strict=True)
+    if args.mode == "gil" and not profile.has_gil_states:
+        raise FlameprofError(
+            f"{args.input} has no GIL states (only flameprof's C sampler records them): --mode gil "
+            "has nothing to draw"
+        )
     if args.view == "ops" and profile.trace is None:
         raise FlameprofError(
             f"{args.input} has no traced window: record one with 'run --trace-steps', "

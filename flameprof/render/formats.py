@@ -76,17 +76,25 @@ class Rendering:
     @property
     def shown(self) -> Profile:
         """The profile as flame graphs show it: ``analyze.tidy_stacks`` (startup before the loop's first
-        step) unless ``raw_stacks``. Counts of other tools' stacks (folded text, perf) are drawn as
-        given, as ``flamegraph.pl`` draws them."""
+        step) unless ``raw_stacks``; with ``--mode gil``, only the samples that waited for the GIL.
+        Counts of other tools' stacks (folded text, perf) are drawn as given, as ``flamegraph.pl``
+        draws them."""
         if self._shown is None:
             from ..analyze.tidy_stacks import tidy_stacks
 
             if self.options.raw_stacks or self.profile.meta.get("weight_unit", "seconds") == "count":
-                self._shown = self.profile
+                shown = self.profile
             else:
                 steps = self.analysis.steps
-                self._shown = tidy_stacks(self.profile, steps.start if steps.count else None)
+                shown = tidy_stacks(self.profile, steps.start if steps.count else None)
+            self._shown = shown.waiting_for_gil() if self.options.mode == "gil" else shown
         return self._shown
+
+    @property
+    def weighted(self) -> Profile:
+        """The profile's samples that ``mode`` weighs: every one, or with ``--mode gil`` those that
+        waited for the GIL (so that sample counts are of them alone)."""
+        return self.profile.waiting_for_gil() if self.options.mode == "gil" else self.profile
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,7 @@ def _folded(r: Rendering) -> str:
     from .folded import folded_lines
 
     o = r.options
-    return "".join(line + "\n" for line in folded_lines(r.profile, o.mode, o.count, o.view))
+    return "".join(line + "\n" for line in folded_lines(r.weighted, o.mode, o.count, o.view))
 
 
 def _svg(r: Rendering) -> str:

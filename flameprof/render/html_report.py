@@ -1,5 +1,6 @@
 """The HTML report: one self-contained file (no external resource, opens offline) with the summary, the
-phase breakdown and verdict, top layers and functions, a per-step chart and the interactive flame graph.
+phase breakdown and verdict, top layers and functions, each thread's part of the GIL, a per-step chart
+and the interactive flame graph.
 
 The numbers are the rendering's ``Report`` (the same as ``flameprof report``); the flame graph is
 svg.py's drawing of the rendering's call tree (the one the ``.svg`` file draws), inlined, with its
@@ -16,7 +17,16 @@ from .. import __version__
 from ..model.phase_names import LEAF_PHASES
 from .asset_files import asset
 from .html_trace import traced_window_html
-from .report import apart_line, device_time_line, phase_lines, steps_line
+from .report import (
+    GIL_COLUMNS,
+    GIL_UNKNOWN_TEXT,
+    apart_line,
+    device_time_line,
+    gil_heading,
+    gil_rows,
+    phase_lines,
+    steps_line,
+)
 from .svg import PHASE_COLORS, flame_svg
 
 if TYPE_CHECKING:
@@ -113,7 +123,24 @@ def _step_chart(steps: Steps) -> str:
 
 
 def mode_text(mode: str) -> str:
-    return {"wall": "wall time", "cpu": "CPU time", "samples": "sample counts"}.get(mode, mode)
+    return {
+        "wall": "wall time",
+        "cpu": "CPU time",
+        "samples": "sample counts",
+        "gil": "time waiting for the GIL",
+    }.get(mode, mode)
+
+
+def _gil_table(r: Report) -> str:
+    """Each thread's time holding the GIL, waiting for it, running without it and the rest."""
+    if r.gil is None:
+        return f'<p class="note" id="fp-gil">GIL {_e(GIL_UNKNOWN_TEXT)}.</p>'
+    head = f'<th class="name">{GIL_COLUMNS[0]}</th>' + "".join(f"<th>{c}</th>" for c in GIL_COLUMNS[1:])
+    body = "".join(
+        f'<tr><td class="name">{_e(row[0])}</td>' + "".join(f"<td>{c}</td>" for c in row[1:]) + "</tr>"
+        for row in gil_rows(r, TOP)
+    )
+    return f'<p class="note">{_e(gil_heading(r))}.</p><table id="fp-gil"><tr>{head}</tr>{body}</table>'
 
 
 def _rows_table(table_id: str, rows: Sequence[FunctionRow], title: str) -> str:
@@ -183,6 +210,9 @@ def render_html(r: Report, profile: Profile, options: OutputOptions, tree: CallT
             "\n",
             "<h2>Top functions</h2>",
             _rows_table("fp-functions", r.functions, "function"),
+            "\n",
+            "<h2>GIL</h2>",
+            _gil_table(r),
             "\n",
             traced_window_html(r, profile),
             '<h2>Flame graph</h2><p class="note">Click a frame to zoom, Ctrl-F to search, Escape to '

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class OutputOptions:
     """Options shared by ``run``, ``attach``, ``render`` and the Python API."""
 
-    mode: str = "wall"  # weight shown: wall or cpu
+    mode: str = "wall"  # weight shown: wall, cpu, samples (render) or gil (model/profile.py: MODES)
     count: str = "samples"  # folded counts: samples or ms
     view: str = "code"
     title: str | None = None

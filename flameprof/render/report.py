@@ -5,7 +5,7 @@ decimals: ``source``, ``duration``, ``unit`` (``s``, or ``samples`` when the wei
 counts: imported folded or py-spy text), ``samples``, ``folded``, ``threads``, ``mode``,
 ``loop_thread``, ``deep_learning``, ``phases`` (all nine, each ``{"seconds", "percent"}``; ``data``
 also with ``wait`` and ``fetch``), ``steps``, ``startup``, ``layers``, ``functions``,
-``idle_left_out``, ``verdict``, ``processes``, ``ops``, ``memory``, ``device``.
+``idle_left_out``, ``verdict``, ``processes``, ``ops``, ``memory``, ``device``, ``gil``.
 """
 
 from __future__ import annotations
@@ -188,6 +188,30 @@ def step_heading(d: StepDetail) -> str:
     return f"{kind} {d.index}: {_ms(d.wall)}, steady-state average {_ms(d.average_wall)}"
 
 
+GIL_UNKNOWN_TEXT = "unknown: only the C sampler records which thread held the GIL"
+GIL_COLUMNS = ("thread", "samples", "held", "waiting", "without", "other")
+
+
+def gil_heading(r: Report) -> str:
+    """What the GIL table shows, and what it leaves out."""
+    left_out = r.gil.unknown_samples if r.gil else 0
+    note = f"; {left_out} samples of unknown state left out" if left_out else ""
+    return (
+        "GIL: each thread's time holding it, waiting for it, running C code without it, and the rest "
+        f"(blocked or idle){note}"
+    )
+
+
+def gil_rows(r: Report, top: int = TOP) -> list[tuple[str, str, str, str, str, str]]:
+    """(thread, samples, held %, waiting %, without %, other %) of the threads that held the GIL or
+    waited for it most."""
+    rows = []
+    for g in r.gil.threads[:top] if r.gil else []:
+        held, waiting, without, other = (f"{v:.1f}%" for v in (g.held, g.waiting, g.without, g.other))
+        rows.append((g.thread, str(g.samples), held, waiting, without, other))
+    return rows
+
+
 def _steady(r: Report) -> dict[str, Share] | None:
     return r.steps.steady.phases if r.steps.count else None
 
@@ -230,6 +254,15 @@ def format_text(r: Report, top: int = TOP) -> str:
         out += [f"  - {a.text}" for a in r.graph_advice]
     if r.processes:
         out += ["", "processes:"] + [f"  {line}" for line in r.processes.lines]
+    if r.gil is None:
+        out += ["", f"GIL: {GIL_UNKNOWN_TEXT}"]
+    else:
+        out += [
+            "",
+            gil_heading(r) + ":",
+            f"  {GIL_COLUMNS[0]:<40} " + " ".join(f"{c:>8}" for c in GIL_COLUMNS[1:]),
+        ]
+        out += [f"  {row[0][:40]:<40} " + " ".join(f"{c:>8}" for c in row[1:]) for row in gil_rows(r, top)]
     if r.layers:
         for key in ("self", "total"):
             out += ["", f"top layers by {key} time:"]
@@ -270,6 +303,17 @@ def format_markdown(r: Report, top: int = TOP) -> str:
         out += ["", "## Graph advice", ""] + [f"- {markdown.text(a.text)}" for a in r.graph_advice]
     if r.processes:
         out += ["", "## Processes", ""] + [f"- {markdown.text(line)}" for line in r.processes.lines]
+    out += ["", "## GIL", ""]
+    if r.gil is None:
+        out.append(f"GIL {markdown.text(GIL_UNKNOWN_TEXT)}.")
+    else:
+        out += [
+            f"{markdown.text(gil_heading(r))}.",
+            "",
+            "| " + " | ".join(GIL_COLUMNS) + " |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        out += [f"| {markdown.code(row[0])} | {' | '.join(row[1:])} |" for row in gil_rows(r, top)]
     out += [
         "",
         "## Phases",

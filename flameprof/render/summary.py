@@ -27,6 +27,10 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             f"  warning: the sampler achieved {profile.meta.get('achieved_rate', 0):.0f} Hz, under half the "
             "requested rate: something held the GIL for long stretches (a long C call) or the machine is busy"
         )
+    if mode == "gil" and not profile.has_gil_states:
+        lines.append(
+            "  warning: --mode gil: no sample's GIL state is known (only the C sampler records them)"
+        )
     if profile.meta.get("sampler") == "python":
         lines.append(
             "  warning: taken by the pure-Python sampler, which sees a thread only where it lets the GIL go: "

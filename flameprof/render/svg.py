@@ -267,7 +267,8 @@ def _subtitle(tree: CallTree, mode: str, view: str) -> str:
     if tree.unit == "count":
         what = f"{_number(total)} samples"
     else:
-        what = f"{_seconds(total)} of {mode} time, {_number(float(tree.samples[0]))} samples"
+        time = "waiting for the GIL" if mode == "gil" else f"of {mode} time"
+        what = f"{_seconds(total)} {time}, {_number(float(tree.samples[0]))} samples"
     return what if view == "code" else f"{what}, {view} view"
 
 
