@@ -14,8 +14,8 @@ sampler, which reads the GIL's holder, counts the first as holding it, while it 
 either. Each truth is therefore a range as wide as the time the thread waited for a CPU in the
 sections concerned, and flameprof must be within 3 points of it. On a quiet machine (CI) the
 ranges are a few points wide; on this 2-CPU machine, shared with other work, the threads often
-waited up to two thirds of their time for a CPU, and a try that waited more than a tenth is taken
-again, and after three such tries skipped, naming it: ranges that wide say nothing.
+waited up to two thirds of their time for a CPU: a run whose threads waited more than a tenth of
+their time is skipped, naming the share (ranges that wide say nothing), never run again.
 """
 
 from __future__ import annotations
@@ -165,15 +165,10 @@ def test_each_threads_gil_shares_are_within_3_points_of_its_own_timing():
     thread's time holding the GIL: with 4 ms of Python and a 5 ms hash the shares were up to 5
     points off at 500 Hz and 3.2 at 1 kHz. The sections here last 15-20 ms, as a training step's
     phases do: within 0.8 points of the threads' own ranges at 500 Hz and 1 kHz, in every run."""
-    tries = []
-    for _ in range(3):
-        truth, measured = compete()
-        busy = max(t["busy"][0] for t in truth.values())
-        tries.append(busy)
-        if busy <= BUSY:
-            break
-    else:
-        pytest.skip(f"the machine is busy: the threads waited {min(tries):.0f}% of their time for a CPU")
+    truth, measured = compete()
+    busy = max(t["busy"][0] for t in truth.values())
+    if busy > BUSY:  # the truth's ranges are as wide as this: a comparison would mean nothing
+        pytest.skip(f"the machine is busy: the threads waited {busy:.0f}% of their time for a CPU")
     for name in ("loop", "helper"):
         for part in ("held", "waiting", "without"):
             assert off_by(measured[name][part], truth[name][part]) <= POINTS, (name, part, truth, measured)
