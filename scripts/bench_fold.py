@@ -18,34 +18,12 @@ import statistics
 import sys
 
 import torch
-from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import flameprof  # noqa: E402
 from flameprof.analyze.report import report_of  # noqa: E402
-
-
-class Block(nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.relu = nn.ReLU()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
-
-
-class ResNetish(nn.Module):
-    def __init__(self, c: int, blocks: int = 4) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
-        self.layer1 = nn.Sequential(*[Block(c) for _ in range(blocks)])
-        self.head = nn.Linear(c, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.layer1(self.stem(x)).mean((2, 3)))
+from flameprof.examples.resnet import ResNetish  # noqa: E402
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from torch import nn
 import flameprof
 from flameprof.analyze.report import report_of
 from flameprof.collect.importers.load import load_bytes
+from flameprof.examples.resnet import ResNetish
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.profile import Frame, Mark
 
@@ -115,30 +116,6 @@ def test_copies_and_out_of_place_activations_in_the_traced_window():
     assert not {"copies_in_step", "inplace_activation"} & set(
         kinds(load_bytes(json.dumps(clean).encode(), "t.json"))
     )
-
-
-class Block(nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
-
-
-class ResNetish(nn.Module):
-    """conv-bn-relu blocks with residuals, as ResNet's."""
-
-    def __init__(self, c: int = 16, blocks: int = 4) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, padding=1, bias=False), nn.BatchNorm2d(c), nn.ReLU())
-        self.layer1 = nn.Sequential(*[Block(c) for _ in range(blocks)])
-        self.head = nn.Linear(c, 10)
-
-    def forward(self, x):
-        return self.head(self.layer1(self.stem(x)).mean((2, 3)))
 
 
 def test_check_folding_folds_a_copy_and_leaves_the_model_alone():
