@@ -285,6 +285,7 @@ def test_top_functions_leave_idle_helper_threads_out_unless_asked(tmp_path, writ
 
 COUNTING_RUN = """
 import atexit, sys
+import torch  # the demo's CNN runs on it: without torch the test is left out
 import flameprof.analyze.breakdown as breakdown
 import flameprof.analyze.phase_tree as phase_tree
 import flameprof.analyze.report as report
