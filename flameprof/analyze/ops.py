@@ -176,7 +176,14 @@ class TracedSections:
     device: DeviceSection | None = None
 
 
+_LAST_TIMES: list[tuple[Trace, OpTimes]] = []  # the last trace's: the report's sections share them
+
+
 def op_times(trace: Trace) -> OpTimes:
+    """Each op's self time and whether it counts towards its name's total (walks every op's
+    ancestors: computed once per trace, for the ops table, the op table, graph advice and one step)."""
+    if _LAST_TIMES and _LAST_TIMES[0][0] is trace:
+        return _LAST_TIMES[0][1]
     ev = trace.events
     n = trace.num_events
     kind, parent, dur, name = ev["kind"], ev["parent"], ev["dur"], ev["name"]
@@ -194,7 +201,8 @@ def op_times(trace: Trace) -> OpTimes:
                 counted[i] = False
                 break
             p = parents[p]
-    return OpTimes(self_time, counted)
+    _LAST_TIMES[:] = [(trace, OpTimes(self_time, counted))]
+    return _LAST_TIMES[0][1]
 
 
 def window_seconds(trace: Trace) -> float:
@@ -348,8 +356,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         kernel_by_phase[PHASES[phase]] += seconds
         if comm:
             communication_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
-    idle = intervals.minus(intervals.merged(firsts, lasts), busy)
-    idle_by_layer, idle_by_site = _idle_attribution(trace, profile, idle)
+    idle_by_layer, idle_by_site = _idle_attribution(trace, profile, _idle_in_steps(trace))
     devices = device_times(trace)
     return DeviceSection(
         busy_percent=100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
@@ -367,6 +374,17 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         sync=_syncs(trace, profile),
         idle=_idle_causes(trace, spans, devices),
     )
+
+
+def _idle_in_steps(trace: Trace) -> np.ndarray:
+    """The intervals of the traced steps (or the window) in which no device event runs."""
+    ev = trace.events
+    on_device = np.isin(ev["kind"], DEVICE_KINDS)
+    start, end = ev["start"], ev["start"] + ev["dur"]
+    spans = list(trace.steps) or [(float(start.min()), float(end.max()))]
+    steps = intervals.merged(np.array([a for a, _ in spans]), np.array([b for _, b in spans]))
+    idle: np.ndarray = intervals.minus(steps, intervals.merged(start[on_device], end[on_device]))
+    return idle
 
 
 def _by_seconds(seconds: dict[str, float]) -> dict[str, float]:
@@ -616,8 +634,8 @@ def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float
     rows = np.nonzero(on_device)[0] if on_device.any() else np.nonzero(ev["kind"] == OP)[0]
     out: dict[tuple[Frame, ...], float] = {}
     if on_device.any():  # the device's idle time in the steps, under what the host was in then
-        device = device_table(trace)
-        for label, seconds in (device.idle_by_layer if device else {}).items():
+        by_layer, _ = _idle_attribution(trace, None, _idle_in_steps(trace))
+        for label, seconds in by_layer.items():
             kind = "marker" if label.startswith("(") else "layer"
             key: tuple[Frame, ...] = (Frame(label, kind=kind), Frame("(device idle)", kind="marker"))
             out[key] = 1.0 if mode == "samples" else seconds

@@ -138,6 +138,18 @@ def device_time_line(d: DeviceTimeSection) -> str:
     )
 
 
+def context_lines(r: Report) -> list[tuple[str, str]]:
+    """(label, text) of the lines around the steps that a run has: evaluation and checkpointing apart
+    from the steps, startup, what the memory limit folded, the device's time per step."""
+    lines = [
+        ("apart", apart_line(r)),
+        ("startup", startup_line(r)),
+        ("memory", r.folded),
+        ("device", device_time_line(r.device_time) if r.device_time else ""),
+    ]
+    return [(label, text) for label, text in lines if text]
+
+
 def idle_note(r: Report) -> str:
     """``3.200 s of other threads' idle waits left out (--idle)`` when some were, else ""."""
     if r.idle_left_out <= 0:
@@ -222,14 +234,7 @@ def format_text(r: Report, top: int = TOP) -> str:
         f"  {_duration(r)}, {r.threads} thread(s), loop thread {r.loop_thread or '-'}",
         f"  steps: {steps_line(r.steps)}",
     ]
-    if apart_line(r):
-        out.append(f"  apart: {apart_line(r)}")
-    if startup_line(r):
-        out.append(f"  startup: {startup_line(r)}")
-    if r.folded:
-        out.append(f"  memory: {r.folded}")
-    if r.device_time:
-        out.append(f"  device: {device_time_line(r.device_time)}")
+    out += [f"  {label}: {text}" for label, text in context_lines(r)]
     out += ["", "phases (loop thread wall time)            run     steady steps"]
     for name, secs, pct, st in phase_lines(r.phases, _steady(r), r.unit):
         out.append(f"  {name:<14} {secs:>12} {pct:>8} {st:>10}")
@@ -288,10 +293,7 @@ def format_markdown(r: Report, top: int = TOP) -> str:
         f"- {_duration(r)}, {r.threads} thread(s)",
         f"- loop thread: {markdown.text(r.loop_thread or '-')}",
         f"- steps: {steps_line(r.steps)}",
-        *([f"- apart: {apart_line(r)}"] if apart_line(r) else []),
-        *([f"- startup: {startup_line(r)}"] if startup_line(r) else []),
-        *([f"- memory: {r.folded}"] if r.folded else []),
-        *([f"- device: {device_time_line(r.device_time)}"] if r.device_time else []),
+        *(f"- {label}: {text}" for label, text in context_lines(r)),
         "",
         f"**Verdict: {markdown.text(r.verdict.text)}**",
         "",

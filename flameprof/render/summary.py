@@ -4,7 +4,7 @@ and, when the run trained or ran a model, the phase breakdown, steps and verdict
 from __future__ import annotations
 
 from .formats import Rendering
-from .report import apart_line, device_time_line, idle_note, phase_lines, startup_line, steps_line
+from .report import context_lines, idle_note, phase_lines, steps_line
 
 TOP = 8
 
@@ -53,14 +53,8 @@ def format_summary(rendering: Rendering, paths: list[str]) -> str:
             )
         )
         lines.append(f"  steps: {steps_line(r.steps)}")
-        if apart_line(r):
-            lines.append(f"  apart: {apart_line(r)}")
-        if startup_line(r):
-            lines.append(f"  startup: {startup_line(r)}")
-        if r.device_time:
-            lines.append(f"  device: {device_time_line(r.device_time)}")
-    if r.folded:
-        lines.append(f"  memory: {r.folded}")
+    # around the steps; what the memory limit folded is said of every run
+    lines += [f"  {k}: {v}" for k, v in context_lines(r) if r.deep_learning or k == "memory"]
     if r.deep_learning:
         lines.append(f"  verdict: {r.verdict.text}")
         lines += [f"    - {advice}" for advice in r.verdict.advice]
