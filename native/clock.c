@@ -219,9 +219,10 @@ acquire_gil(PyThreadState *ts)
  * within ``budget`` seconds (interp_internals.c, flameprof_gil_freeze): 1 when taken; -1 when the
  * main thread took it meanwhile (it runs the pending call before it lets the GIL go); 0 when it
  * must be taken with the GIL: the holder did not let go in time, or something in the sample is
- * new (then the tick is already the clock's: ``*claimed``). ``*switch_due`` is set when the thread that let the GIL go for it still waits for another
- * thread to take it, 30 us after the thaw (a thread that was waiting for the GIL, woken at the
- * thaw, takes it first when there is one): then the clock must take it, and give it back. */
+ * new (then the tick is already the clock's: ``*claimed``). ``*switch_due`` is set when the thread
+ * that let the GIL go for it, and that the thaw could not wake, still waits for another thread to
+ * take it 30 us after the thaw (a thread that was waiting for the GIL, woken at the thaw, takes it
+ * first when there is one): then the clock must take it, and give it back. */
 static int
 sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, const GilAtTick *gil, double budget, int *claimed,
               int *switch_due)
@@ -233,8 +234,7 @@ sample_frozen(PyInterpreterState *interp, uint64_t seq, double tick, const GilAt
     int taken = -1;
     if ((*claimed = claim_tick(seq)))
         taken = flameprof_take_frozen_sample(clk.sampler, interp, clk.ident, tick, gil);
-    flameprof_gil_thaw(interp);
-    if (flameprof_switch_pending(interp, asked)) {
+    if (!flameprof_gil_thaw(interp, asked) && flameprof_switch_pending(interp, asked)) {
         struct timespec pause = {0, 30000};  /* asleep, not spinning: the woken thread may need this CPU */
         nanosleep(&pause, NULL);
         *switch_due = flameprof_switch_pending(interp, asked);

@@ -16,7 +16,8 @@ int flameprof_gil_waiters(PyInterpreterState *interp);
 /* Ask the holder to let the GIL go and hold the GIL's mutex with the GIL free, before ``until``:
  * 1 when frozen (end it with flameprof_gil_thaw), 0 otherwise. ``*asked``: the thread asked. */
 int flameprof_gil_freeze(PyInterpreterState *interp, double until, double watch, PyThreadState **asked);
-void flameprof_gil_thaw(PyInterpreterState *interp);
+/* End the freeze; 1 when it woke ``asked`` to take the GIL back (nobody else waited for it). */
+int flameprof_gil_thaw(PyInterpreterState *interp, PyThreadState *asked);
 /* Whether ``asked`` still waits for another thread to take the GIL it let go (a hint). */
 int flameprof_switch_pending(PyInterpreterState *interp, PyThreadState *asked);
 #if PY_VERSION_HEX < 0x030D0000

@@ -165,7 +165,9 @@ def test_each_threads_gil_shares_are_within_3_points_of_its_own_timing():
     thread's time holding the GIL: with 4 ms of Python and a 5 ms hash the shares were up to 5
     points off at 500 Hz and 3.2 at 1 kHz, and 15-20 ms sections still missed by 0.2 points in about
     one run in ten (helper held 68.6 % against [62.5, 65.4]). The sections here last 30-40 ms, as
-    a training step's phases do: 12 of 12 runs passed, half the boundaries a second."""
+    a training step's phases do. What remained (helper waiting 38.2 % against [42.2, 46.8] once in CI)
+    was the main thread, blocked in join(), read as waiting in place of the two (asserted below);
+    since, the largest miss in 27 runs on 3.10-3.13 was 1.5 points."""
     truth, measured = compete()
     busy = max(t["busy"][0] for t in truth.values())
     if busy > BUSY:  # the truth's ranges are as wide as this: a comparison would mean nothing
@@ -175,6 +177,25 @@ def test_each_threads_gil_shares_are_within_3_points_of_its_own_timing():
             assert off_by(measured[name][part], truth[name][part]) <= POINTS, (name, part, truth, measured)
     assert truth["loop"]["without"][0] > 15 and truth["loop"]["waiting"][0] > 15  # both competed
     assert truth["helper"]["waiting"][0] > 15
+    # the main thread, blocked in join(), never waited for the GIL: taken for a waiter once (a woken
+    # waiter counts until it runs), it was kept one ahead of the thread that had just let the GIL
+    # go, and 3-4 % of its time was read as waiting, taken from the two threads
+    assert measured["MainThread"]["waiting"] < 1.0, measured["MainThread"]
+
+
+def test_a_thread_alone_with_the_gil_takes_it_back_at_once_after_each_tick():
+    """1 s at 1 kHz of one thread computing, the main thread blocked: at each tick the thread lets
+    the GIL go for the sample, then waits for a switch to take it back. With nobody else wanting
+    it, the sampler wakes it at once; when it took the GIL and gave it back instead, the thread
+    computed 91 % of its time (9 % lost to the sampler), and 98 % since."""
+    with flameprof.Profiler(rate=1000):
+        helper = Helper("helper", time.monotonic() + 1.0)
+        helper.start()
+        helper.join()
+    wall, cpu, busy = helper.seconds["python"]
+    if 100 * busy / wall > BUSY:
+        pytest.skip(f"the machine is busy: the thread waited {100 * busy / wall:.0f}% of its time for a CPU")
+    assert cpu / (wall - busy) > 0.95, (wall, cpu, busy)
 
 
 def _profile(states: list[int], threads: int = 2) -> Profile:
