@@ -2,6 +2,7 @@
 
 import os
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -174,6 +175,50 @@ def test_part_writer_reads_the_native_sampler_without_numpy_and_agrees(tmp_path)
     assert np.allclose(part.sample_wall, built.sample_wall, atol=1e-6)
     assert part.sample_stack.tolist() == built.sample_stack.tolist()
     assert part.sample_thread.tolist() == built.sample_thread.tolist()
+
+
+def test_a_part_is_written_in_few_system_calls_and_checksummed_in_small_pieces(tmp_path, monkeypatch):
+    """Each system call of a flush, and each checksum of more than 5 KB (zlib lets the GIL go for
+    those), lets the GIL go, and the sampler's thread that flushes waits behind the program's busy
+    threads to take it back: a part of a few hundred kilobytes is written in one call, and checksummed
+    a few kilobytes at a time, and still reads back whole."""
+    from flameprof.collect.jobs import parts
+
+    b, _ = spin_under_native_sampler(2000, 1.0)  # columns of 8-16 KB
+    sizes, crcs = [], []
+    real_fdopen, real_crc = os.fdopen, zipfile.crc32
+
+    class Counted:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            sizes.append(len(data))
+            return self.fh.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.fh.__exit__(*exc)
+
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: Counted(real_fdopen(*a, **k)))
+    monkeypatch.setattr(zipfile, "crc32", lambda data, crc=0: crcs.append(len(data)) or real_crc(data, crc))
+    writer = PartWriter(str(tmp_path), b, "h", 1)
+    writer.write(ProcessInfo(1), {"pid": 1}, {})
+    size = os.path.getsize(writer.path)
+    assert sizes == [size] and size > 10 * parts.CRC_PIECE  # one write, of the whole part
+    # the columns in pieces; only the six JSON tables (a few KB here) may be checksummed whole
+    assert len(crcs) > 10 and len([n for n in crcs if n > parts.CRC_PIECE]) <= 6
+
+    monkeypatch.setattr(parts, "WRITE_BLOCK", size // 3)  # a part larger than a block: a write per block
+    sizes.clear()
+    writer.write(ProcessInfo(1), {"pid": 1}, {}, final=True)
+    assert len(sizes) in (3, 4) and sum(sizes) == os.path.getsize(writer.path)
+    assert storage.load(writer.path).num_samples == b.build().num_samples
 
 
 def test_a_part_of_folded_samples_is_the_profile_the_builder_builds(tmp_path):

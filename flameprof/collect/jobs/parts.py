@@ -15,7 +15,7 @@ import threading
 import time
 import zipfile
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from itertools import chain
 from typing import IO
@@ -64,6 +64,8 @@ def _series(times: list[float], values: list[float]) -> list[list[float]]:
 
 _ARRAY_CODES = ("q", "i", "i", "q", "q", "B")  # of the sample columns in a part (SAMPLE_COLUMNS' order)
 CHUNK_TICKS = 8192  # ticks converted at a time: a part is streamed, never held whole
+WRITE_BLOCK = 4 << 20  # bytes of a part written at a time (_Appender)
+CRC_PIECE = 4096  # bytes the zip's checksum reads at a time (_crc_pieces)
 
 
 class PartWriter:
@@ -131,7 +133,9 @@ class PartWriter:
                 }
                 # with the builder's lock held: no rows are taken off while they are converted
                 with atomic_file(self.path, "wb", private=True) as fh:  # private: a program's stacks
-                    write_zip(_Appender(fh), texts, self._npy_members(columns, sources))
+                    out = _Appender(fh)
+                    write_zip(out, texts, self._npy_members(columns, sources))
+                    out.flush()
             self.written = recorded
         finally:
             self.lock.release()
@@ -155,37 +159,54 @@ class PartWriter:
         """(member name, iterator of byte chunks) of every column, the sample columns converted as
         they are written."""
         for name, column in tables.items():
-            yield name + ".npy", (_npy_header("i", len(column)), column.tobytes())
+            yield name + ".npy", _crc_pieces((_npy_header("i", len(column)), column.tobytes()))
         rows = sum(n for n, _ in sources)
         for which, name in enumerate(SAMPLE_COLUMNS):
             header = _npy_header(_ARRAY_CODES[which], rows)
-            yield name + ".npy", chain((header,), *(chunks(which) for _, chunks in sources))
+            yield name + ".npy", _crc_pieces(chain((header,), *(chunks(which) for _, chunks in sources)))
 
 
 class _Appender:
-    """A file written front to back, its position counted here: ``zipfile`` asks a seekable file
-    for its position dozens of times per part and seeks back to each member's header, and every
-    one of those is a system call that lets the GIL go, which the sampler's thread then waits to
-    take back behind the program's busy threads. Unseekable, the zip puts each member's sizes
-    after its data instead."""
+    """A file written front to back, its position counted here and its bytes held until a block is
+    full. Each system call lets the GIL go, and the sampler's thread, which flushes, then waits to
+    take it back behind the program's busy threads (with 64 threads computing, most of a second a
+    flush): ``zipfile`` asks a seekable file for its position dozens of times per part and seeks back
+    to each member's header (unseekable, the zip puts each member's sizes after its data instead),
+    and a file's own buffer writes every 8 KB."""
 
     def __init__(self, fh: IO[bytes]) -> None:
         self._fh = fh
         self._position = 0
+        self._held = bytearray()
 
     def write(self, data: bytes) -> int:
-        self._fh.write(data)
+        self._held += data
         self._position += len(data)
+        if len(self._held) >= WRITE_BLOCK:
+            self._fh.write(self._held)
+            self._held.clear()
         return len(data)
 
     def tell(self) -> int:
         return self._position
 
     def flush(self) -> None:
+        if self._held:
+            self._fh.write(self._held)
+            self._held.clear()
         self._fh.flush()
 
     def close(self) -> None:
         """Nothing: the zip leaves a file it was handed open (``atomic_file`` closes it)."""
+
+
+def _crc_pieces(chunks: Iterable[bytes]) -> Iterator[memoryview]:
+    """``chunks`` cut into pieces the zip's checksum takes without letting the GIL go (zlib's crc32
+    lets it go for more than 5 KB, once per chunk of a column: see _Appender)."""
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        for start in range(0, len(view), CRC_PIECE):
+            yield view[start : start + CRC_PIECE]
 
 
 def _rows_source(columns: tuple) -> tuple[int, Callable[[int], Iterable[bytes]]]:
