@@ -500,6 +500,10 @@ walk_in_place(Sampler *s, PyThreadState *ts)
         if (GROW(s->frames, s->frames_cap, s->nframes + 1) < 0)
             return -1;
         s->frames[s->nframes++] = (FrameRef){.code = code, .owner = flameprof_frame_object(f), .entry = e->value, .hook = hook};
+        /* the stack begins above it (build_ids): the frames below, which run the target, are never
+         * learned, and walking on to them made every frozen sample under ``flameprof run`` fail */
+        if ((int32_t)(e->value & 0xffffffff) == BOUNDARY_FRAME)
+            break;
     }
     return 1;
 }
