@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -55,6 +56,19 @@ def by_path(tree):
 def rects(svg: str):
     root = ET.fromstring(svg.encode("utf-8"))
     return root, [r for r in root.find(f"{SVG}svg[@id='f']").iter(f"{SVG}rect")]
+
+
+def frame_ys(svg: str) -> dict[str, int]:
+    """Each frame's y: a stack level's rects sit in a group translated to it, and carry no y."""
+    root = ET.fromstring(svg.encode("utf-8"))
+    ys = {}
+    for group in root.find(f"{SVG}svg[@id='f']").iter(f"{SVG}g"):
+        match = re.fullmatch(r"translate\(0,(\d+)\)", group.get("transform", ""))
+        assert match, group.attrib
+        for r in group.iter(f"{SVG}rect"):
+            assert r.get("y") is None
+            ys[r.get("n")] = int(match.group(1))
+    return ys
 
 
 # --- call tree ---------------------------------------------------------------------------------
@@ -226,7 +240,7 @@ def test_minwidth_drops_narrow_frames_and_shrinks_the_file():
 def test_icicle_puts_the_root_on_top():
     profile = folded("a;b;c 1", "a;d 1")
     for icicle in (False, True):
-        frames = {r.get("n"): int(r.get("y")) for r in rects(render_svg(profile, icicle=icicle))[1]}
+        frames = frame_ys(render_svg(profile, icicle=icicle))
         order = [frames[n] for n in ("all", "a", "b", "c")]
         assert order == (sorted(order) if icicle else sorted(order, reverse=True))
         assert frames["b"] == frames["d"]

@@ -7,11 +7,18 @@
   var KINDS = {u: "your code", l: "library", t: "PyTorch", s: "standard library", n: "native", c: "scope",
                y: "layer", p: "process/thread", m: "marker", r: "all samples"};
   var R = F.getElementsByTagName("rect"), n = R.length;
+  function levelY(g) {  // the y of a stack level's group (its translate), read once per group
+    if (g.levelY === undefined) {
+      var t = g.transform ? g.transform.baseVal : null;
+      g.levelY = t && t.numberOfItems ? t.getItem(0).matrix.f : 0;
+    }
+    return g.levelY;
+  }
   var X = new Float64Array(n), W = new Float64Array(n), Y = new Float64Array(n), D = new Int32Array(n), N = [];
   for (var i = 0; i < n; i++) {
     var r = R[i];
     r.idx = i;
-    X[i] = +r.getAttribute("x"); W[i] = +r.getAttribute("width"); Y[i] = +r.getAttribute("y");
+    X[i] = +r.getAttribute("x"); W[i] = +r.getAttribute("width"); Y[i] = levelY(r.parentNode);
     D[i] = ICICLE ? Y[i] / DH : (FH - DH - Y[i]) / DH;
     N.push(r.getAttribute("n"));
   }
