@@ -467,7 +467,8 @@ def test_under_run_a_thread_other_than_the_main_one_is_sampled_frozen(tmp_path):
     held the GIL waited for the GIL instead (beside 64 computing threads, 400 of 1,000 ticks a second
     were taken, and the program ran at half its speed)."""
     script = tmp_path / "spin.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import threading, time
         from flameprof import _native
         def spin():
@@ -479,7 +480,8 @@ def test_under_run_a_thread_other_than_the_main_one_is_sampled_frozen(tmp_path):
         worker.join()
         stats = _native.clock_stats()
         print(stats["by_clock_thread"], stats["frozen"])
-    """))
+    """)
+    )
     out = str(tmp_path / "p.flameprof")
     command = [sys.executable, "-m", "flameprof", "run", "-q", "--rate", "500", "-o", out, str(script)]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
