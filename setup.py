@@ -1,6 +1,7 @@
 """Builds the optional C extensions: the sampler ``flameprof._native``, the folded-text reader
 ``flameprof._folded``, the perf script collapser ``flameprof._perf``, the torch.profiler trace
-reader ``flameprof._kineto`` and attach's injector ``flameprof._inject``; metadata lives in pyproject.toml.
+reader ``flameprof._kineto``, the tree passes ``flameprof._trees`` and attach's injector
+``flameprof._inject``; metadata lives in pyproject.toml.
 
 ``optional=True``: when the compiler or headers are missing the install still succeeds and
 flameprof falls back to its pure-Python sampler (with a one-time warning) and folded reader.
@@ -44,6 +45,12 @@ setup(
             "flameprof._folded",
             sources=["native/folded.c"],
             depends=["native/byte_hash.h"],
+            extra_compile_args=[*STRICT, "-std=c99"],
+            optional=True,
+        ),
+        Extension(
+            "flameprof._trees",
+            sources=["native/tree_passes.c"],
             extra_compile_args=[*STRICT, "-std=c99"],
             optional=True,
         ),

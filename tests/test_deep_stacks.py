@@ -197,6 +197,29 @@ def test_ancestry_against_walking_each_stack():
                 assert (pre[u] < pre[v] < pre[u] + sizes[u]) == (u in ancestors[v][1:])
 
 
+def test_one_pass_depths_and_sums_agree_with_the_levels_and_refuse_a_parent_after_its_child(monkeypatch):
+    """The C passes (``flameprof._trees``) and numpy's level-at-a-time fallback give the same depths
+    and subtree sums; a table whose parent comes after its child is refused, not summed wrong."""
+    from flameprof import _trees
+    from flameprof.analyze import ancestry
+
+    rng = random.Random(11)
+    for _ in range(50):
+        parent = random_profile(rng).stack_parent
+        values = np.array([rng.random() for _ in parent])
+        fast = ancestry.depths(parent), ancestry.subtree_sums(parent, None, values, values * 2)
+        monkeypatch.setattr(ancestry, "_trees", None)
+        slow = ancestry.depths(parent), ancestry.subtree_sums(parent, None, values, values * 2)
+        monkeypatch.undo()
+        assert fast[0].tolist() == slow[0].tolist()
+        for f, s in zip(fast[1], slow[1]):
+            assert np.allclose(f, s, rtol=1e-12) and f is not values
+    with pytest.raises(ValueError, match="does not precede"):
+        _trees.depths(np.array([-1, 2, 0], dtype=np.int32))
+    with pytest.raises(ValueError, match="float64"):
+        _trees.add_subtrees(np.array([-1, 0], dtype=np.int32), np.zeros(3))
+
+
 def test_rank_frames_counts_each_stack_once_per_name():
     """Against the definition: a name's self time is that of the stacks whose innermost wanted frame has
     it, its total that of the stacks with it anywhere (recursion counted once)."""

@@ -23,6 +23,7 @@ READ_AT_RUN_TIME = (
     "flameprof/_folded.pyi",
     "flameprof/_inject.pyi",
     "flameprof/_perf.pyi",
+    "flameprof/_trees.pyi",
 )
 
 
@@ -55,7 +56,7 @@ def test_wheel_ships_the_files_read_at_run_time(tmp_path):
     assert not missing, missing
 
 
-@pytest.mark.parametrize("module", ["_native", "_folded", "_inject", "_perf"])
+@pytest.mark.parametrize("module", ["_native", "_folded", "_inject", "_perf", "_trees"])
 def test_stubs_name_what_the_extension_defines(module):
     """Every public name of the built extension (and of each class) is in its .pyi, and no other."""
     built = importlib.import_module(f"flameprof.{module}")

@@ -1,7 +1,8 @@
 """Per-node values of a parent-pointer tree (a profile's stack table, a call tree) that depend on a node's
-ancestors or descendants, computed with numpy a depth level at a time: linear in the number of nodes
-however deep the tree (a 40,000-frame recursion is 40,000 levels of one node each, a few microseconds
-apiece), and never a list of frames per node, which would be quadratic in the depth.
+ancestors or descendants: depths and subtree sums in one pass over the nodes by the C extension
+``flameprof._trees`` where it is built, else with numpy a depth level at a time; either way linear in the
+number of nodes however deep the tree (a 40,000-frame recursion is 40,000 levels of one node each, a few
+microseconds apiece), and never a list of frames per node, which would be quadratic in the depth.
 
 ``parent[i]`` is -1 for a root, and parents precede their children.
 """
@@ -10,11 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
+try:
+    from .. import _trees
+except ImportError:  # not built: numpy, a level at a time
+    _trees = None  # type: ignore[assignment]
+
 
 def depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of each node (0 for roots) by pointer jumping: each round adds the distance to the ancestor
-    reached so far and jumps twice as far, so ~log2(max depth) vectorised rounds over whole columns (roots
-    point to themselves and add 0, so no round needs a mask)."""
+    """Depth of each node (0 for roots): in one pass in C, else by pointer jumping: each round adds the
+    distance to the ancestor reached so far and jumps twice as far, so ~log2(max depth) vectorised rounds
+    over whole columns (roots point to themselves and add 0, so no round needs a mask)."""
+    if _trees is not None:
+        return np.frombuffer(_trees.depths(np.ascontiguousarray(parent, dtype=np.int32)), dtype=np.int32)
     depth = (parent >= 0).astype(np.int32)
     ancestor = np.where(parent >= 0, parent, np.arange(len(parent), dtype=parent.dtype))
     while True:
@@ -39,8 +47,17 @@ def levels(parent: np.ndarray) -> list[np.ndarray]:
     return by_depth(depths(parent))
 
 
-def subtree_sums(parent: np.ndarray, levels: list[np.ndarray], *values: np.ndarray) -> list[np.ndarray]:
-    """Per node, the sum of each of ``values`` over the node and all its descendants."""
+def subtree_sums(parent: np.ndarray, levels: list[np.ndarray] | None, *values: np.ndarray) -> list[np.ndarray]:
+    """Per node, the sum of each of ``values`` over the node and all its descendants: float64 values in one
+    pass in C, others (or without it) a level at a time from ``levels`` (computed when None)."""
+    if _trees is not None and all(v.dtype == np.float64 for v in values):
+        parents = np.ascontiguousarray(parent, dtype=np.int32)
+        sums = [np.array(v, dtype=np.float64) for v in values]  # copies, C-contiguous
+        for total in sums:
+            _trees.add_subtrees(parents, total)
+        return sums
+    if levels is None:
+        levels = by_depth(depths(parent))
     totals = [v.copy() for v in values]
     for level in reversed(levels[1:]):
         up = parent[level]

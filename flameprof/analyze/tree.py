@@ -259,7 +259,7 @@ def _finish(
         parent, node_label, depth, self_w, self_n = _merge_same_label(
             parent, node_label, depth, self_w, self_n
         )
-    total, samples = subtree_sums(parent, by_depth(depth), self_w, self_n)
+    total, samples = subtree_sums(parent, None, self_w, self_n)
     return CallTree(
         display_frames, list(label_ids), parent, node_label, depth, total, self_w, samples, self_n, unit
     )
