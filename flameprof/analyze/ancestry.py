@@ -47,7 +47,9 @@ def levels(parent: np.ndarray) -> list[np.ndarray]:
     return by_depth(depths(parent))
 
 
-def subtree_sums(parent: np.ndarray, levels: list[np.ndarray] | None, *values: np.ndarray) -> list[np.ndarray]:
+def subtree_sums(
+    parent: np.ndarray, levels: list[np.ndarray] | None, *values: np.ndarray
+) -> list[np.ndarray]:
     """Per node, the sum of each of ``values`` over the node and all its descendants: float64 values in one
     pass in C, others (or without it) a level at a time from ``levels`` (computed when None)."""
     if _trees is not None and all(v.dtype == np.float64 for v in values):
