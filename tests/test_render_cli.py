@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 from conftest import assert_one_error_line, run_flameprof
@@ -89,3 +91,31 @@ def test_a_profile_the_file_cannot_hold_is_refused_before_anything_is_written(tm
     assert_one_error_line(proc, "cannot be stored in a .flameprof file")
     assert proc.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.folded"]
+
+
+def test_commands_that_run_no_program_start_numpy_with_one_blas_thread(tmp_path):
+    """numpy's BLAS threads only spin in ``render`` and the other commands that run no program; ``run``
+    leaves the program its own (its numpy is the program's), and a caller's ``main(argv)`` leaves its
+    environment alone."""
+    (tmp_path / "a.folded").write_text("main;work 3\n")
+    script = (
+        "import os, sys\n"
+        "from flameprof.cli import main\n"
+        "by = sys.argv.pop(1)\n"  # the command line (sys.argv), or a caller's argument list
+        "code = main(None if by == 'cli' else sys.argv[1:])\n"
+        "import numpy\n"
+        "print(code, os.environ.get('OPENBLAS_NUM_THREADS'), 'numpy' in sys.modules)\n"
+    )
+
+    def threads_setting(*argv: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert threads_setting("cli", "render", "a.folded", "-o", "a.svg") == "0 1 True"
+    assert threads_setting("caller", "render", "a.folded", "-o", "b.svg") == "0 None True"
+    (tmp_path / "p.py").write_text("import os\nprint(os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    assert threads_setting("cli", "run", "-q", "-o", "p.flameprof", "p.py") == "None\n0 None True"
