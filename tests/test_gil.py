@@ -175,8 +175,11 @@ def test_each_threads_gil_shares_are_within_3_points_of_its_own_timing():
     for name in ("loop", "helper"):
         for part in ("held", "waiting", "without"):
             assert off_by(measured[name][part], truth[name][part]) <= POINTS, (name, part, truth, measured)
-    assert truth["loop"]["without"][0] > 15 and truth["loop"]["waiting"][0] > 15  # both competed
-    assert truth["helper"]["waiting"][0] > 15
+    # the scenario happened: both threads competed, and the loop let the GIL go for its hashes (not
+    # a bound on flameprof: 3.13 runs the loop's Python slower beside the same hash, and its time
+    # without the GIL ranged 14-24 %, against 29-33 % on 3.11)
+    assert truth["loop"]["without"][0] > 10 and truth["loop"]["waiting"][0] > 10
+    assert truth["helper"]["waiting"][0] > 10
     # the main thread, blocked in join(), never waited for the GIL: taken for a waiter once (a woken
     # waiter counts until it runs), it was kept one ahead of the thread that had just let the GIL
     # go, and 3-4 % of its time was read as waiting, taken from the two threads
