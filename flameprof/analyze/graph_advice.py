@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +30,7 @@ import numpy as np
 from ..model.phase_names import LEAF_PHASES, PHASES
 from ..model.trace import OP
 from .breakdown import Analysis
-from .ops import op_times, window_seconds
+from .ops import op_times, sums_by, window_seconds
 
 MIN_SHARE = 0.01  # advice about less than this share of a step's time is left out
 _LAYER = re.compile(r"^(?P<path>.*) \((?P<cls>[\w.]+)\)$")
@@ -154,21 +153,22 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
     steps = max(len(trace.steps), 1)
     step = window_seconds(trace) / steps
     self_time = op_times(trace).self_time
-    compute = {PHASES.index("forward"), PHASES.index("backward")}
-    copies: dict[str, float] = defaultdict(float)
-    activations: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for i in np.flatnonzero(ev["kind"] == OP).tolist():
-        if int(ev["phase"][i]) not in compute:
-            continue
-        name = trace.names[int(ev["name"][i])]
-        layer = trace.name_of(int(ev["layer"][i])) or "(no layer)"
-        if name in _COPIES:
-            copies[layer] += float(self_time[i]) / steps
-        elif name in _ACTIVATIONS:
-            entry = activations[layer]
-            entry[0] += float(self_time[i]) / steps
-            shapes = trace.name_of(int(ev["shapes"][i]))
-            entry[1] += 4 * _elements(shapes) / steps if shapes else 0.0
+    compute = np.isin(ev["phase"], (PHASES.index("forward"), PHASES.index("backward")))
+    ops = np.flatnonzero((ev["kind"] == OP) & compute)
+    name = ev["name"][ops]
+    copy_ids = [k for k, text in enumerate(trace.names) if text in _COPIES]
+    activation_ids = [k for k, text in enumerate(trace.names) if text in _ACTIVATIONS]
+    layer_name = lambda k: trace.name_of(k) or "(no layer)"  # noqa: E731
+    copying = np.isin(name, copy_ids)
+    copies = sums_by(ev["layer"][ops[copying]], self_time[ops[copying]] / steps, layer_name)
+    acting = ops[np.isin(name, activation_ids)]
+    shapes, shape_of = np.unique(ev["shapes"][acting], return_inverse=True)
+    # an output as large as the first input, at 4 bytes an element
+    size = np.array([4 * _elements(text) if (text := trace.name_of(k)) else 0.0 for k in shapes.tolist()])
+    activation_s = sums_by(ev["layer"][acting], self_time[acting] / steps, layer_name)
+    per_op = size[shape_of.reshape(-1)] / steps if len(acting) else size
+    activation_bytes = sums_by(ev["layer"][acting], per_op, layer_name)
+    activations = {layer: [activation_s[layer], activation_bytes[layer]] for layer in activation_s}
     out = []
     copy_s = sum(copies.values())
     if copy_s > 0 and copy_s >= MIN_SHARE * step:

@@ -8,7 +8,8 @@ keeps for backward, and, with a device, how busy it was in each traced step, whe
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,54 +218,73 @@ def window_seconds(trace: Trace) -> float:
 
 def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[OpRow]:
     ev = trace.events
-    self_by: dict[int, float] = defaultdict(float)
-    total_by: dict[int, float] = defaultdict(float)
-    calls: Counter[int] = Counter()
-    shapes: dict[int, Counter[int]] = defaultdict(Counter)
-    for i in np.nonzero(ev["kind"] == OP)[0].tolist():
-        name = int(ev["name"][i])
-        self_by[name] += float(times.self_time[i])
-        calls[name] += 1
-        if times.counted[i]:
-            total_by[name] += float(ev["dur"][i])
-        if ev["shapes"][i] >= 0:
-            shapes[name][int(ev["shapes"][i])] += 1
+    ops = np.flatnonzero(ev["kind"] == OP)
+    if not len(ops):
+        return []
+    names, first = np.unique(ev["name"][ops], return_index=True)
+    which = np.searchsorted(names, ev["name"][ops])
+    self_by = np.bincount(which, weights=times.self_time[ops], minlength=len(names))
+    counted = np.where(times.counted[ops], ev["dur"][ops], 0.0)
+    total_by = np.bincount(which, weights=counted, minlength=len(names))
+    calls = np.bincount(which, minlength=len(names))
+    # the most self time first, then the first seen of equals (a name's rows follow it)
+    chosen = np.lexsort((first, -self_by))[:top]
     return [
         OpRow(
-            trace.names[name],
-            calls[name],
-            self_by[name],
-            total_by[name],
-            [trace.names[s] for s, _ in shapes[name].most_common(3)],
+            trace.names[int(names[k])],
+            int(calls[k]),
+            float(self_by[k]),
+            float(total_by[k]),
+            [trace.names[s] for s in _commonest_shapes(ev["shapes"][ops[which == k]])],
         )
-        for name in sorted(self_by, key=lambda k: -self_by[k])[:top]
+        for k in chosen.tolist()
     ]
+
+
+def _commonest_shapes(shapes: np.ndarray, count: int = 3) -> list[int]:
+    """The ``count`` shape texts an op's calls have most often, the first seen of equals."""
+    shapes = shapes[shapes >= 0]
+    kinds, first, seen = np.unique(shapes, return_index=True, return_counts=True)
+    chosen: list[int] = kinds[np.lexsort((first, -seen))[:count]].tolist()
+    return chosen
 
 
 def layer_table(trace: Trace, times: OpTimes) -> list[LayerCost]:
     """One row per layer path: op time forward and backward, FLOPs, GFLOP/s, parameters, device time."""
     ev = trace.events
     rows: dict[str, LayerCost] = {}
+    on_layer = np.flatnonzero(ev["layer"] >= 0)
+    layers, first = np.unique(ev["layer"][on_layer], return_index=True)
+    which = np.searchsorted(layers, ev["layer"][on_layer])
+    kind, phase = ev["kind"][on_layer], ev["phase"][on_layer]
+    op = kind == OP
+    self_time, flops = times.self_time[on_layer], ev["flops"][on_layer]
 
-    def row(layer: int) -> LayerCost:
+    def sums(mask: np.ndarray, values: np.ndarray) -> list[float]:
+        summed = np.bincount(which, weights=np.where(mask, values, 0.0), minlength=len(layers))
+        out: list[float] = summed.tolist()
+        return out
+
+    forward = op & (phase == PHASES.index("forward"))
+    columns = zip(
+        sums(op & (phase == PHASES.index("backward")), self_time),
+        sums(forward, self_time),
+        sums(forward, flops),
+        sums(op, flops),
+        sums(np.isin(kind, DEVICE_KINDS), ev["dur"][on_layer]),
+    )
+    by_layer = dict(zip(layers.tolist(), columns))
+    for layer in layers[np.argsort(first, kind="stable")].tolist():  # in the order the trace first has them
         name = trace.names[layer]
         if name not in rows:
             rows[name] = LayerCost(name, *trace.params.get(name, (0, 0)))
-        return rows[name]
-
-    kind, layer, phase = ev["kind"].tolist(), ev["layer"].tolist(), ev["phase"].tolist()
-    backward, forward = PHASES.index("backward"), PHASES.index("forward")
-    for i in np.nonzero(ev["layer"] >= 0)[0].tolist():
-        r = row(layer[i])
-        if kind[i] == OP:
-            if phase[i] == backward:
-                r.backward += float(times.self_time[i])
-            elif phase[i] == forward:
-                r.forward += float(times.self_time[i])
-                r.forward_flops += float(ev["flops"][i])
-            r.flops += float(ev["flops"][i])
-        elif kind[i] in DEVICE_KINDS:
-            r.device += float(ev["dur"][i])
+        r = rows[name]
+        backward_s, forward_s, forward_flops, all_flops, device_s = by_layer[layer]
+        r.backward += backward_s
+        r.forward += forward_s
+        r.forward_flops += forward_flops
+        r.flops += all_flops
+        r.device += device_s
     for name, (count, size) in trace.params.items():
         if name not in rows and count:
             rows[name] = LayerCost(name, count, size)
@@ -294,23 +314,27 @@ def memory_table(trace: Trace) -> MemorySection | None:
     op = event
     while op >= 0 and ev["kind"][op] != OP:  # the op around an allocation made in a runtime call
         op = int(ev["parent"][op])
+    events = mem["event"][rows]
+    inside = events >= 0
+    inside[inside] = ev["layer"][events[inside]] >= 0  # made inside a layer
+    mine = rows[inside]
+    event_of = mem["event"][mine]
+    layers, first = np.unique(ev["layer"][event_of], return_index=True)
+    which = np.searchsorted(layers, ev["layer"][event_of])
+    delta = mem["delta"][mine]
+    allocated = np.bincount(which, weights=np.maximum(delta, 0.0), minlength=len(layers)).tolist()
+    in_forward = ev["phase"][event_of] == PHASES.index("forward")
+    net = np.bincount(which, weights=np.where(in_forward, delta, 0.0), minlength=len(layers)).tolist()
     per_layer: dict[str, MemoryLayer] = {}
-    forward = PHASES.index("forward")
     held: dict[str, float] = defaultdict(float)  # per layer path, its subtree's net forward bytes
-    for r in rows.tolist():
-        e = int(mem["event"][r])
-        if e < 0 or ev["layer"][e] < 0:
-            continue
-        name = trace.names[int(ev["layer"][e])]
+    for k in np.argsort(first, kind="stable").tolist():  # in the order the allocator first has them
+        name = trace.names[int(layers[k])]
         entry = per_layer.setdefault(name, MemoryLayer(name, 0.0, 0.0))
-        delta = float(mem["delta"][r])
-        if delta > 0:
-            entry.allocated += delta
-        if ev["phase"][e] == forward:
-            path = name.split(" (", 1)[0]
-            while path:  # the layer and every layer around it
-                held[path] += delta
-                path = path.rpartition(".")[0]
+        entry.allocated += allocated[k]
+        path = name.split(" (", 1)[0]
+        while path:  # the layer and every layer around it
+            held[path] += net[k]
+            path = path.rpartition(".")[0]
     for entry in per_layer.values():
         # what its forward (its sub-layers' included) allocated less what it freed: what it keeps
         # for backward; a layer that freed more than it allocated (its inputs) keeps nothing
@@ -342,20 +366,13 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
     for a, b, covered in zip(firsts.tolist(), lasts.tolist(), on.tolist()):
         share = covered / (b - a) if b > a else 0.0
         steps.append(DeviceStep(a, b - a, 100 * share, 100 * (1 - share)))
-    kernel_by_layer: dict[str, float] = defaultdict(float)
-    kernel_by_phase: dict[str, float] = defaultdict(float)
-    communication_by_layer: dict[str, float] = defaultdict(float)
-    communicating = (event_types(trace) == COMMUNICATION)[on_device].tolist()
-    for layer, phase, seconds, comm in zip(
-        ev["layer"][on_device].tolist(),
-        ev["phase"][on_device].tolist(),
-        ev["dur"][on_device].tolist(),
-        communicating,
-    ):
-        kernel_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
-        kernel_by_phase[PHASES[phase]] += seconds
-        if comm:
-            communication_by_layer[trace.name_of(layer) or "(no layer)"] += seconds
+    layer, seconds = ev["layer"][on_device], ev["dur"][on_device]
+    communicating = (event_types(trace) == COMMUNICATION)[on_device]
+    kernel_by_layer = sums_by(layer, seconds, lambda k: trace.name_of(k) or "(no layer)")
+    kernel_by_phase = sums_by(ev["phase"][on_device], seconds, lambda k: PHASES[k])
+    communication_by_layer = sums_by(
+        layer[communicating], seconds[communicating], lambda k: trace.name_of(k) or "(no layer)"
+    )
     idle_by_layer, idle_by_site = _idle_attribution(trace, profile, _idle_in_steps(trace))
     devices = device_times(trace)
     return DeviceSection(
@@ -365,8 +382,8 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         device_events=int(on_device.sum()),
         kernels=kernel_stats(trace)[:TOP_OPS],
         devices=devices,
-        kernel_by_layer=dict(sorted(kernel_by_layer.items(), key=lambda kv: -kv[1])),
-        kernel_by_phase=dict(kernel_by_phase),
+        kernel_by_layer=_by_seconds(kernel_by_layer),
+        kernel_by_phase=kernel_by_phase,
         communication_by_layer=_by_seconds(communication_by_layer),
         idle_by_layer=idle_by_layer,
         idle_by_site=idle_by_site,
@@ -374,6 +391,26 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
         sync=_syncs(trace, profile),
         idle=_idle_causes(trace, spans, devices),
     )
+
+
+def sums_by(keys: np.ndarray, values: np.ndarray, label: Callable[[int], str]) -> dict[str, float]:
+    """``values`` summed per ``label(key)``, labels in the order their keys first occur (keys of one
+    label are summed in that order too): one pass in numpy over millions of events."""
+    if not len(keys):
+        return {}
+    unique, first, which = np.unique(keys, return_index=True, return_inverse=True)
+    sums = np.bincount(which.reshape(-1), weights=values, minlength=len(unique)).tolist()
+    out: dict[str, float] = {}
+    for k in np.argsort(first, kind="stable").tolist():
+        name = label(int(unique[k]))
+        out[name] = out.get(name, 0.0) + sums[k]
+    return out
+
+
+def _commonest(values: np.ndarray) -> int:
+    """The value seen most often (the loop thread: the one with the most ops), the first of equals."""
+    unique, first, seen = np.unique(values, return_index=True, return_counts=True)
+    return int(unique[np.lexsort((first, -seen))[0]])
 
 
 def _idle_in_steps(trace: Trace) -> np.ndarray:
@@ -405,7 +442,7 @@ def _idle_attribution(
     host = np.nonzero((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME))[0]
     if not len(idle):
         return {}, {}
-    main = Counter(ev["tid"][host].tolist()).most_common(1)[0][0] if len(host) else -1
+    main = _commonest(ev["tid"][host]) if len(host) else -1
     starts, ends, mids = idle[:, 0], idle[:, 1], (idle[:, 0] + idle[:, 1]) / 2
     lengths = (ends - starts).tolist()
     tids = ev["tid"][host]
@@ -418,17 +455,15 @@ def _idle_attribution(
             later = (inner >= 0) & (ev["start"][np.maximum(inner, 0)] > best_start)
             best[later], best_start[later] = inner[later], ev["start"][inner[later]]
         found = np.where(found >= 0, found, best)
-    labels = [
-        "(no host op)"
-        if k < 0
-        else trace.names[int(ev["layer"][k])]
-        if ev["layer"][k] >= 0
-        else f"({PHASES[int(ev['phase'][k])]})"
-        for k in found.tolist()
-    ]
-    by_layer: dict[str, float] = defaultdict(float)
-    for label, seconds in zip(labels, lengths):
-        by_layer[label] += seconds
+    # what the host was in: -1 no op, a layer (>= 0), or -2 - phase for an op outside layers
+    layer = ev["layer"][np.maximum(found, 0)].astype(np.int64)
+    phase = ev["phase"][np.maximum(found, 0)].astype(np.int64)
+    code = np.where(found < 0, -1, np.where(layer >= 0, layer, -2 - phase))
+    by_layer = sums_by(
+        code,
+        ends - starts,
+        lambda c: "(no host op)" if c == -1 else trace.names[c] if c >= 0 else f"({PHASES[-2 - c]})",
+    )
     by_site: dict[str, float] = defaultdict(float)
     sites = _call_sites(profile, np.full(len(idle), main), starts, ends)
     for site, seconds in zip(sites, lengths):
@@ -459,18 +494,21 @@ def _innermost(ev: dict[str, np.ndarray], rows: np.ndarray, points: np.ndarray) 
 
 def _copies(trace: Trace) -> dict[str, CopyStats]:
     ev = trace.events
-    out: dict[str, CopyStats] = {}
-    for i in np.nonzero(np.isin(ev["kind"], (MEMCPY, MEMSET)))[0].tolist():
-        name = trace.names[int(ev["name"][i])]
-        if ev["kind"][i] == MEMSET:
-            key = "memset"
-        else:
-            key = next((v for k, v in _COPY_KINDS.items() if k in name), "other_copy")
-        entry = out.setdefault(key, CopyStats())
-        entry.count += 1
-        entry.bytes += float(ev["bytes"][i])
-        entry.seconds += float(ev["dur"][i])
-    return out
+    rows = np.flatnonzero(np.isin(ev["kind"], (MEMCPY, MEMSET)))
+    codes = ev["name"][rows].astype(np.int64) * 2 + (ev["kind"][rows] == MEMSET)  # (name, is a memset)
+    pairs, first, pair_of_row = np.unique(codes, return_index=True, return_inverse=True)
+    keys: dict[str, int] = {}  # in the order the trace first has them
+    key_of_pair = np.zeros(len(pairs), dtype=np.int64)
+    for k in np.argsort(first, kind="stable").tolist():
+        pair = int(pairs[k])
+        name = trace.names[pair // 2]
+        key = "memset" if pair % 2 else next((v for c, v in _COPY_KINDS.items() if c in name), "other_copy")
+        key_of_pair[k] = keys.setdefault(key, len(keys))
+    key_of_row = key_of_pair[pair_of_row.reshape(-1)]
+    count = np.bincount(key_of_row, minlength=len(keys)).tolist()
+    size = np.bincount(key_of_row, weights=ev["bytes"][rows], minlength=len(keys)).tolist()
+    seconds = np.bincount(key_of_row, weights=ev["dur"][rows], minlength=len(keys)).tolist()
+    return {key: CopyStats(count[k], size[k], seconds[k]) for key, k in keys.items()}
 
 
 def _syncs(trace: Trace, profile: Profile | None) -> SyncSection:
@@ -498,15 +536,18 @@ def _syncs(trace: Trace, profile: Profile | None) -> SyncSection:
 
 def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
     """For each span of a thread, the innermost program frame the thread's samples during it show
-    most often ("" without such samples). A thread's samples are sorted once and each span finds
-    its own by bisection: a trace holds thousands of syncs, a profile millions of samples."""
+    most often, the earliest seen of equals ("" without such samples). A thread's samples are
+    sorted once, every span finds its own by bisection, and the counting is done in numpy over
+    (span, site) pairs, a bounded number of pairs at a time: a trace holds hundreds of thousands
+    of idle intervals and syncs, a profile millions of samples."""
     out = [""] * len(tids)
     if profile is None or not profile.num_samples or not len(tids):
         return out
     by_tid: dict[int, list[int]] = {}
     for index, thread in enumerate(profile.threads):
         by_tid.setdefault(thread.tid, []).append(index)
-    sites_of: dict[int, str] = {}
+    names: list[str] = [""]  # site 0: no frame of the program's own
+    site_ids: dict[str, int] = {"": 0}
     longest = float(profile.sample_wall.max())
     for tid in np.unique(tids).tolist():
         rows = np.nonzero(np.isin(profile.sample_thread, by_tid.get(tid, [])))[0]
@@ -514,20 +555,62 @@ def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, e
             continue
         rows = rows[np.argsort(profile.sample_time[rows], kind="stable")]
         times = profile.sample_time[rows]
-        for k in np.nonzero(tids == tid)[0].tolist():
-            # samples ending at or after the start whose interval began by the end
-            lo = int(np.searchsorted(times, starts[k], "left"))
-            hi = int(np.searchsorted(times, ends[k] + longest, "right"))
-            inside = rows[lo:hi][(times[lo:hi] - profile.sample_wall[rows[lo:hi]]) <= ends[k]]
-            counts: Counter[str] = Counter()
-            for stack in profile.sample_stack[inside].tolist():
-                site = sites_of.get(stack)
-                if site is None:
-                    site = sites_of[stack] = _program_frame(profile, stack)
-                if site:
-                    counts[site] += 1
-            out[k] = counts.most_common(1)[0][0] if counts else ""
+        began = times - profile.sample_wall[rows]
+        stacks, stack_of_row = np.unique(profile.sample_stack[rows], return_inverse=True)
+        site_of_stack = np.array(
+            [site_ids.setdefault(_program_frame(profile, s), len(site_ids)) for s in stacks.tolist()],
+            dtype=np.int64,
+        )
+        names.extend(list(site_ids)[len(names) :])
+        site_of_row = site_of_stack[stack_of_row.reshape(-1)]
+        spans = np.nonzero(tids == tid)[0]
+        # samples ending at or after the start whose interval began by the end
+        lo = np.searchsorted(times, starts[spans], "left")
+        hi = np.searchsorted(times, ends[spans] + longest, "right")
+        for chunk in _chunks(np.maximum(hi - lo, 0), PAIRS_AT_ONCE):
+            best = _commonest_sites(site_of_row, began, lo[chunk], hi[chunk], ends[spans[chunk]])
+            for k, site in zip(spans[chunk].tolist(), best.tolist()):
+                out[k] = names[site]
     return out
+
+
+# (span, sample) pairs counted at once by ``_call_sites``: memory stays bounded when spans overlap.
+PAIRS_AT_ONCE = 1 << 22
+
+
+def _chunks(sizes: np.ndarray, limit: int) -> list[slice]:
+    """Consecutive slices of ``sizes`` whose sums stay within ``limit`` (or one element each)."""
+    out, first, total = [], 0, 0
+    for k, size in enumerate(sizes.tolist()):
+        if total + size > limit and k > first:
+            out.append(slice(first, k))
+            first, total = k, 0
+        total += size
+    out.append(slice(first, len(sizes)))
+    return out
+
+
+def _commonest_sites(
+    site_of_row: np.ndarray, began: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """Per span (rows ``lo:hi`` of time-sorted samples, those begun by its end), the site seen most
+    often, the earliest seen of equals; 0 where none has a site."""
+    counts = np.maximum(hi - lo, 0)
+    span = np.repeat(np.arange(len(lo)), counts)
+    row = np.arange(len(span)) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    site = site_of_row[row]
+    keep = (site > 0) & (began[row] <= ends[span])
+    span, site = span[keep], site[keep]
+    best = np.zeros(len(lo), dtype=np.int64)
+    if not len(span):
+        return best
+    _, first, seen = np.unique(span * (int(site.max()) + 1) + site, return_index=True, return_counts=True)
+    pair_span = span[first]
+    # per span: the most seen, then the first seen; the first row of each span wins
+    order = np.lexsort((first, -seen, pair_span))
+    winners = order[np.r_[True, pair_span[order][1:] != pair_span[order][:-1]]]
+    best[pair_span[winners]] = site[first[winners]]
+    return best
 
 
 def _program_frame(profile: Profile, stack: int) -> str:
@@ -553,7 +636,7 @@ def _idle_causes(
     ops = host & (kind == OP)
     if not ops.any():
         return None
-    main = Counter(ev["tid"][ops].tolist()).most_common(1)[0][0]
+    main = _commonest(ev["tid"][ops])
     start, end = ev["start"], ev["start"] + ev["dur"]
     phase = ev["phase"]
 
