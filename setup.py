@@ -44,7 +44,7 @@ setup(
         Extension(
             "flameprof._folded",
             sources=["native/folded.c"],
-            depends=["native/byte_hash.h"],
+            depends=["native/byte_buffer.h", "native/byte_hash.h"],
             extra_compile_args=[*STRICT, "-std=c99"],
             optional=True,
         ),
@@ -57,7 +57,7 @@ setup(
         Extension(
             "flameprof._kineto",
             sources=["native/kineto.c"],
-            depends=["native/byte_hash.h"],
+            depends=["native/byte_buffer.h", "native/byte_hash.h"],
             extra_compile_args=[*STRICT, "-std=c99"],
             optional=True,
         ),

@@ -40,21 +40,26 @@ class _Parser(argparse.ArgumentParser):
         raise FlameprofError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or ``only`` that command's (a command's module
+    imports what it runs with: collapsing perf text need not import the modules that run programs)."""
     parser = _Parser(prog="flameprof", description="Sampling profiler for deep-learning workloads.")
     parser.add_argument("--version", action="version", version=f"flameprof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in COMMANDS:
-        importlib.import_module(f".commands.{name}", __package__).register(sub)
+        if only is None or name.rstrip("_") == only:
+            importlib.import_module(f".commands.{name}", __package__).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] in NO_PROGRAM:  # the command line, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads, below
+    words = sys.argv[1:] if argv is None else argv
+    named = words[0] if words and words[0] in {name.rstrip("_") for name in COMMANDS} else None
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(named).parse_args(argv)
         if args.command != "run":  # run's stdout is the profiled program's own
             reconfigure = getattr(sys.stdout, "reconfigure", None)
             if reconfigure is not None:  # a lone surrogate in a name is escaped, not an error

@@ -20,35 +20,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "byte_buffer.h"
 #include "byte_hash.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
-
-/* A growable byte buffer; the columns are buffers of int32, uint64 or double items. */
-typedef struct {
-    char *data;
-    size_t size, capacity;
-} Buffer;
-
-static int
-append(Buffer *b, const void *item, size_t n)
-{
-    if (b->size + n > b->capacity) {
-        size_t capacity = b->capacity ? b->capacity * 2 : 4096;
-        while (capacity < b->size + n)
-            capacity *= 2;
-        char *data = PyMem_RawRealloc(b->data, capacity);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = data;
-        b->capacity = capacity;
-    }
-    memcpy(b->data + b->size, item, n);
-    b->size += n;
-    return 0;
-}
 
 #define ITEMS(buffer, type) ((type *)(buffer).data)
 #define COUNT(buffer, type) ((Py_ssize_t)((buffer).size / sizeof(type)))
@@ -186,17 +161,34 @@ labels_grow(Parser *self)
     return 0;
 }
 
-/* The frame id of one label (bytes of a frame between ';'), asking Python for a label seen first. */
-static int32_t
-label_frame(Parser *self, const char *s, Py_ssize_t n)
+/* Whether n bytes at a and b are equal (inline: labels are short, a call would cost more). */
+static inline int
+same_bytes(const char *a, const char *b, size_t n)
 {
-    uint64_t h = hash_bytes(s, n, 0);
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; a++, b++, n--)
+        if (*a != *b)
+            return 0;
+    return 1;
+}
+
+/* The frame id of one label (bytes of a frame between ';', ``h`` their hash_bytes), asking Python
+ * for a label seen first. */
+static int32_t
+label_frame(Parser *self, const char *s, Py_ssize_t n, uint64_t h)
+{
     Py_ssize_t mask = self->label_cap - 1, j = (Py_ssize_t)(h & (uint64_t)mask);
     for (;;) {
         Label *l = &self->labels[j];
         if (l->frame < 0)
             break;
-        if (l->hash == h && l->len == (uint64_t)n && memcmp(self->text.data + l->offset, s, (size_t)n) == 0)
+        if (l->hash == h && l->len == (uint64_t)n && same_bytes(self->text.data + l->offset, s, (size_t)n))
             return l->frame;
         j = (j + 1) & mask;
     }
@@ -409,10 +401,9 @@ parse_line(Parser *self, const char *s, Py_ssize_t n)
     self->walk.size = 0;
     const char *p = s, *end = s + sep;
     for (;;) {
-        const char *q = memchr(p, ';', (size_t)(end - p));
-        if (q == NULL)
-            q = end;
-        int32_t frame = label_frame(self, p, q - p);
+        const char *q;
+        uint64_t h = hash_until(p, end, ';', &q);
+        int32_t frame = label_frame(self, p, q - p, h);
         if (frame < 0)
             return -1;
         if (append(&self->walk, &frame, sizeof(frame)) < 0)

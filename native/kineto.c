@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "byte_buffer.h"
 #include "byte_hash.h"
 
 #define MAX_DEPTH 64
@@ -33,40 +34,6 @@ enum { KIND_OP = 0, KIND_ANNOTATION = 1, KIND_KERNEL = 2, KIND_MEMCPY = 3, KIND_
        KIND_RUNTIME = 5, KIND_MEMORY = 6, KIND_PYTHON = 7 };
 
 typedef const unsigned char uc;
-
-/* A growable byte buffer; the columns are buffers of int8, int32, int64 or double items. */
-typedef struct {
-    char *data;
-    size_t size, capacity;
-} Buffer;
-
-static int
-reserve(Buffer *b, size_t n)
-{
-    if (b->size + n > b->capacity) {
-        size_t capacity = b->capacity ? b->capacity * 2 : 4096;
-        while (capacity < b->size + n)
-            capacity *= 2;
-        char *data = PyMem_RawRealloc(b->data, capacity);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = data;
-        b->capacity = capacity;
-    }
-    return 0;
-}
-
-static int
-append(Buffer *b, const void *item, size_t n)
-{
-    if (reserve(b, n) < 0)
-        return -1;
-    memcpy(b->data + b->size, item, n);
-    b->size += n;
-    return 0;
-}
 
 /* ---- interning byte strings ------------------------------------------------------------------ */
 

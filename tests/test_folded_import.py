@@ -196,3 +196,21 @@ def test_a_folded_file_is_loaded_a_chunk_at_a_time(tmp_path, monkeypatch):
     monkeypatch.setattr(load, "read_folded_chunks", recording)
     assert_same_profile(load.load_input(str(path)), expected)
     assert sum(sizes) == path.stat().st_size and len(sizes) > 10 and max(sizes[1:]) == 4096
+
+
+def test_the_c_reader_asks_python_once_per_distinct_label_wherever_it_stands():
+    """A label's hash is computed while its end is searched for, a word at a time, or byte by byte
+    near the end of a line: both must agree, or the same label is taken for a new one (and Python is
+    asked again) depending on its place in the line."""
+    from flameprof._folded import FoldedParser
+
+    asked: list[str] = []
+    parser = FoldedParser(lambda text: asked.append(text) or len(asked) - 1)
+    labels = ["", "a", "ab", "abcdefg", "abcdefgh", "abcdefghi", "x" * 15, "y" * 16, "z" * 23, "é→ü"]
+    lines = []
+    for shift in range(9):  # each label at every offset in a word, in the middle and at the end of a line
+        for label in labels:
+            lines.append(f"{'p' * shift};{label};q 1\n{'p' * shift};q;{label} 2\n{label};q 3\n")
+    assert parser.feed("".join(lines).encode())
+    distinct = {"p" * shift for shift in range(9)} | set(labels) | {"q"}
+    assert sorted(asked) == sorted(distinct)

@@ -1,0 +1,43 @@
+/* The readers' growable byte buffer (folded.c, kineto.c): columns of fixed-size items, the text of
+ * interned strings, a line cut by a chunk's end. ``append`` is inline: the readers call it for every
+ * frame or field they keep. Include after Python.h. */
+#ifndef FLAMEPROF_BYTE_BUFFER_H
+#define FLAMEPROF_BYTE_BUFFER_H
+
+#include <string.h>
+
+typedef struct {
+    char *data;
+    size_t size, capacity;
+} Buffer;
+
+/* Room for n more bytes: 0, or -1 with MemoryError set. */
+static int
+reserve(Buffer *b, size_t n)
+{
+    if (b->size + n <= b->capacity)
+        return 0;
+    size_t capacity = b->capacity ? b->capacity * 2 : 4096;
+    while (capacity < b->size + n)
+        capacity *= 2;
+    char *data = PyMem_RawRealloc(b->data, capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
+static inline int
+append(Buffer *b, const void *item, size_t n)
+{
+    if (b->size + n > b->capacity && reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->size, item, n);
+    b->size += n;
+    return 0;
+}
+
+#endif
