@@ -64,7 +64,7 @@ setup(
         Extension(
             "flameprof._perf",
             sources=["native/perf_collapse.c"],
-            depends=["native/byte_hash.h"],
+            depends=["native/byte_buffer.h", "native/byte_hash.h"],
             extra_compile_args=[*STRICT, "-std=gnu99"],
             optional=True,
         ),

@@ -3,7 +3,7 @@ from typing import final
 
 @final  # a C type: not subclassable
 class Collapser:
-    """perf script samples -> out[stack] += period."""
+    """perf script samples -> out[stack] += period (summed in C until flush())."""
 
     def __init__(
         self,
@@ -16,3 +16,4 @@ class Collapser:
         addrs: bool,
     ) -> None: ...
     def feed(self, data: bytes, start: int, event_filter: bytes, /) -> tuple[int, int, bool]: ...
+    def flush(self) -> None: ...

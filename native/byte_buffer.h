@@ -1,6 +1,6 @@
-/* The readers' growable byte buffer (folded.c, kineto.c): columns of fixed-size items, the text of
- * interned strings, a line cut by a chunk's end. ``append`` is inline: the readers call it for every
- * frame or field they keep. Include after Python.h. */
+/* The C readers' growable byte buffer (folded.c, kineto.c, perf_collapse.c): columns of fixed-size
+ * items, the text of interned strings, a line cut by a chunk's end, an output line. ``append`` is
+ * inline: the readers call it for every frame or field they keep. Include after Python.h. */
 #ifndef FLAMEPROF_BYTE_BUFFER_H
 #define FLAMEPROF_BYTE_BUFFER_H
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "byte_buffer.h"
 #include "byte_hash.h"
 
 typedef struct {
@@ -163,32 +164,6 @@ frame(const char *s, Py_ssize_t n, Span *pc, Span *sym, Span *mod)
     return 1;
 }
 
-/* A growable output buffer of bytes. */
-typedef struct {
-    char *data;
-    Py_ssize_t size, cap;
-} Buf;
-
-static int
-put(Buf *b, const char *s, Py_ssize_t n)
-{
-    if (b->size + n > b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->size + n)
-            cap *= 2;
-        char *data = PyMem_Realloc(b->data, (size_t)cap);
-        if (data == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->data = data;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->size, s, (size_t)n);
-    b->size += n;
-    return 0;
-}
-
 typedef struct {
     int pid, tid, kernel, jit, addrs;
 } Options;
@@ -220,7 +195,7 @@ go_method(const char *s, Py_ssize_t n)
 /* The tidied, annotated name of one frame (PerfScriptParser._func, not inlined) appended to ``out``
  * after a ';'. */
 static int
-put_func(Buf *out, Span func, Span pc, Span mod, int java, const Options *o)
+put_func(Buffer *out, Span func, Span pc, Span mod, int java, const Options *o)
 {
     Py_ssize_t start = out->size;
     if (func.n == 9 && memcmp(func.p, "[unknown]", 9) == 0) {
@@ -231,14 +206,14 @@ put_func(Buf *out, Span func, Span pc, Span mod, int java, const Options *o)
                 k--;
             name = (Span){mod.p + k, mod.n - k};
         }
-        if (put(out, ";[", 2) < 0 || put(out, name.p, name.n) < 0)
+        if (append(out, ";[", 2) < 0 || append(out, name.p, name.n) < 0)
             return -1;
-        if (o->addrs && (put(out, " <", 2) < 0 || put(out, pc.p, pc.n) < 0 || put(out, ">", 1) < 0))
+        if (o->addrs && (append(out, " <", 2) < 0 || append(out, pc.p, pc.n) < 0 || append(out, ">", 1) < 0))
             return -1;
-        if (put(out, "]", 1) < 0)
+        if (append(out, "]", 1) < 0)
             return -1;
     }
-    else if (put(out, ";", 1) < 0 || put(out, func.p, func.n) < 0)
+    else if (append(out, ";", 1) < 0 || append(out, func.p, func.n) < 0)
         return -1;
     char *f = out->data + start + 1;
     Py_ssize_t n = out->size - start - 1;
@@ -268,16 +243,16 @@ put_func(Buf *out, Span func, Span pc, Span mod, int java, const Options *o)
     out->size = start + 1 + n;
     if (o->kernel && mod.n > 0 && (mod.p[0] == '[' || (mod.n >= 7 && memcmp(mod.p + mod.n - 7, "vmlinux", 7) == 0))
         && find_bytes(mod.p, mod.n, "unknown", 7) == NULL)
-        return put(out, "_[k]", 4);
+        return append(out, "_[k]", 4);
     if (o->jit && jit_map(mod.p, mod.n) && find_bytes(f, n, "_[j]", 4) == NULL)
-        return put(out, "_[j]", 4);
+        return append(out, "_[j]", 4);
     return 0;
 }
 
 /* One frame line appended to ``out`` as ";func" (nothing for a frame the Perl script skips).
  * 0 done, 1 not read here (the Python reader takes the block), -1 error. */
 static int
-frame_line(Buf *out, const char *s, Py_ssize_t n, int java, const Options *o)
+frame_line(Buffer *out, const char *s, Py_ssize_t n, int java, const Options *o)
 {
     if (n == 0 || !is_space((unsigned char)s[0]))
         return 1; /* blank, a comment or maybe a header: the line-by-line machine's */
@@ -301,15 +276,15 @@ frame_line(Buf *out, const char *s, Py_ssize_t n, int java, const Options *o)
 }
 
 /* ``int(digits)``, saturated at 10**19 past 19 digits (perf_script._number). */
-static PyObject *
+static unsigned long long
 number(Span d)
 {
     if (d.n > 19)
-        return PyLong_FromUnsignedLongLong(10000000000000000000ULL);
+        return 10000000000000000000ULL;
     unsigned long long v = 0;
     for (Py_ssize_t i = 0; i < d.n; i++)
         v = v * 10 + (unsigned long long)(d.p[i] - '0');
-    return PyLong_FromUnsignedLongLong(v);
+    return v;
 }
 
 /* The frames below a sample's leaf line, as stacks repeat them: (java, lines) -> ";root;...;caller"
@@ -322,16 +297,28 @@ typedef struct {
     Py_ssize_t key_len, value_len;
 } Entry;
 
+/* A distinct output line and its summed period, kept in C until ``flush``: a Python bytes object
+ * and a dict lookup (its hash over the whole line) per sample cost more than the rest of the sample. */
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t at, len;           /* the line's bytes in ``stacks`` */
+    unsigned long long sum;
+} Total;
+
 typedef struct {
     PyObject_HEAD
     Options o;
     PyObject *out, *other_events; /* dict, set */
     PyObject *event_filter;       /* bytes, borrowed for one call */
-    Buf key;                      /* the frames of the current sample, leaf first, as ";func" pieces */
-    Buf order;                    /* Py_ssize_t offsets into key of each piece */
+    Buffer key;                      /* the frames of the current sample, leaf first, as ";func" pieces */
+    Buffer order;                    /* Py_ssize_t offsets into key of each piece */
     Entry *entries;               /* open addressing, power-of-two size; key_len < 0: empty */
     Py_ssize_t cap, count;
-    Buf arena;
+    Buffer arena;
+    Buffer line;                     /* the current sample's output line: pname, then its frames */
+    Total *totals;                /* open addressing, power-of-two size; len < 0: empty */
+    Py_ssize_t totals_cap, totals_count;
+    Buffer stacks;                   /* the distinct lines' bytes, one after another */
 } Collapser;
 
 static void
@@ -386,14 +373,14 @@ cache_add(Collapser *c, const char *k, Py_ssize_t n, uint64_t h, Py_ssize_t from
     }
     Entry *e = cache_find(c, k, n, h);
     Py_ssize_t key_at = c->arena.size;
-    if (put(&c->arena, k, n) < 0)
+    if (append(&c->arena, k, n) < 0)
         return -1;
     Py_ssize_t value_at = c->arena.size;
     const Py_ssize_t *at = (const Py_ssize_t *)c->order.data;
     Py_ssize_t pieces = c->order.size / (Py_ssize_t)sizeof(Py_ssize_t);
     for (Py_ssize_t i = pieces - 1; i >= first; i--) {
-        Py_ssize_t a = at[i], b = i + 1 < pieces ? at[i + 1] : c->key.size;
-        if (put(&c->arena, c->key.data + a, b - a) < 0)
+        Py_ssize_t a = at[i], b = i + 1 < pieces ? at[i + 1] : (Py_ssize_t)c->key.size;
+        if (append(&c->arena, c->key.data + a, b - a) < 0)
             return -1;
     }
     *e = (Entry){h, key_at, value_at, n, c->arena.size - value_at};
@@ -413,10 +400,89 @@ frame_lines(Collapser *c, const char *s, Py_ssize_t n, int java)
         int r = frame_line(&c->key, p, q - p, java, &c->o);
         if (r)
             return r;
-        if (c->key.size > at && put(&c->order, (const char *)&at, sizeof(at)) < 0)
+        if ((Py_ssize_t)c->key.size > at && append(&c->order, (const char *)&at, sizeof(at)) < 0)
             return -1;
         p = q + 1;
     }
+    return 0;
+}
+
+/* out[line] += sum, in Python (the dict holds the lines the Python reader added too). */
+static int
+add_to_out(Collapser *c, const char *line, Py_ssize_t n, unsigned long long sum)
+{
+    PyObject *key = PyBytes_FromStringAndSize(line, n), *value = PyLong_FromUnsignedLongLong(sum);
+    int r = -1;
+    if (key != NULL && value != NULL) {
+        PyObject *old = PyDict_GetItemWithError(c->out, key);
+        if (old != NULL) {
+            PyObject *total = PyNumber_Add(old, value);
+            if (total != NULL) {
+                r = PyDict_SetItem(c->out, key, total);
+                Py_DECREF(total);
+            }
+        }
+        else if (!PyErr_Occurred())
+            r = PyDict_SetItem(c->out, key, value);
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return r;
+}
+
+static int
+totals_grow(Collapser *c)
+{
+    Py_ssize_t cap = c->totals_cap ? c->totals_cap * 2 : 1024;
+    Total *table = PyMem_Malloc((size_t)cap * sizeof(Total));
+    if (table == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < cap; i++)
+        table[i].len = -1;
+    for (Py_ssize_t i = 0; i < c->totals_cap; i++) {
+        Total *t = &c->totals[i];
+        if (t->len < 0)
+            continue;
+        Py_ssize_t j = (Py_ssize_t)(t->hash & (uint64_t)(cap - 1));
+        while (table[j].len >= 0)
+            j = (j + 1) & (cap - 1);
+        table[j] = *t;
+    }
+    PyMem_Free(c->totals);
+    c->totals = table;
+    c->totals_cap = cap;
+    return 0;
+}
+
+/* A sample's period added to its line's total (a sum past 64 bits goes to ``out`` first). */
+static int
+add_total(Collapser *c, const char *line, Py_ssize_t n, unsigned long long weight)
+{
+    if ((c->totals_count + 1) * 2 > c->totals_cap && totals_grow(c) < 0)
+        return -1;
+    uint64_t h = hash_bytes(line, n, 0);
+    Py_ssize_t mask = c->totals_cap - 1, j = (Py_ssize_t)(h & (uint64_t)mask);
+    for (;; j = (j + 1) & mask) {
+        Total *t = &c->totals[j];
+        if (t->len < 0)
+            break;
+        if (t->hash == h && t->len == n && memcmp(c->stacks.data + t->at, line, (size_t)n) == 0) {
+            if (t->sum + weight < t->sum) {
+                if (add_to_out(c, line, n, t->sum) < 0)
+                    return -1;
+                t->sum = 0;
+            }
+            t->sum += weight;
+            return 0;
+        }
+    }
+    Py_ssize_t at = c->stacks.size;
+    if (append(&c->stacks, line, n) < 0)
+        return -1;
+    c->totals[j] = (Total){h, at, n, weight};
+    c->totals_count++;
     return 0;
 }
 
@@ -490,10 +556,10 @@ block(Collapser *st, const char *s, const char *end, const char **next, Py_ssize
         p1 = (Span){"?", 1};
     }
     Py_ssize_t pn = comm.n + (st->o.tid ? 2 + p1.n + t1.n : st->o.pid ? 1 + p1.n : 0);
-    PyObject *key = PyBytes_FromStringAndSize(NULL, pn + e->value_len + leaf_end);
-    if (key == NULL)
+    st->line.size = 0;
+    if (reserve(&st->line, pn + e->value_len + leaf_end) < 0)
         return -1;
-    char *k = PyBytes_AS_STRING(key);
+    char *k = st->line.data;
     memcpy(k, comm.p, (size_t)comm.n);
     Py_ssize_t o = comm.n;
     if (st->o.tid || st->o.pid) {
@@ -517,25 +583,8 @@ block(Collapser *st, const char *s, const char *end, const char **next, Py_ssize
         memcpy(k + o, st->key.data + from, (size_t)(to - from));
         o += to - from;
     }
-    PyObject *weight = period.n && !(period.n == 1 && period.p[0] == '0') ? number(period) : PyLong_FromLong(1);
-    if (weight == NULL) {
-        Py_DECREF(key);
-        return -1;
-    }
-    PyObject *old = PyDict_GetItemWithError(st->out, key);
-    r = -1;
-    if (old != NULL) {
-        PyObject *sum = PyNumber_Add(old, weight);
-        if (sum != NULL) {
-            r = PyDict_SetItem(st->out, key, sum);
-            Py_DECREF(sum);
-        }
-    }
-    else if (!PyErr_Occurred())
-        r = PyDict_SetItem(st->out, key, weight);
-    Py_DECREF(key);
-    Py_DECREF(weight);
-    return r;
+    unsigned long long weight = period.n && !(period.n == 1 && period.p[0] == '0') ? number(period) : 1;
+    return add_total(st, k, o, weight);
 }
 
 static PyObject *
@@ -566,6 +615,20 @@ Collapser_feed(Collapser *self, PyObject *args)
     PyObject *result = r < 0 ? NULL : Py_BuildValue("(nnO)", p - data, lines, r == 1 ? Py_True : Py_False);
     PyBuffer_Release(&view);
     return result;
+}
+
+static PyObject *
+Collapser_flush(Collapser *self, PyObject *Py_UNUSED(ignored))
+{
+    for (Py_ssize_t i = 0; i < self->totals_cap; i++) {
+        Total *t = &self->totals[i];
+        if (t->len >= 0 && add_to_out(self, self->stacks.data + t->at, t->len, t->sum) < 0)
+            return NULL;
+        t->len = -1;
+    }
+    self->totals_count = 0;
+    self->stacks.size = 0;
+    Py_RETURN_NONE;
 }
 
 static int
@@ -603,6 +666,9 @@ Collapser_dealloc(Collapser *self)
     PyMem_Free(self->order.data);
     PyMem_Free(self->arena.data);
     PyMem_Free(self->entries);
+    PyMem_Free(self->line.data);
+    PyMem_Free(self->totals);
+    PyMem_Free(self->stacks.data);
     Py_XDECREF(self->out);
     Py_XDECREF(self->other_events);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -613,6 +679,8 @@ static PyMethodDef Collapser_methods[] = {
      "feed(data, start, event_filter) -> (end, lines, declined): add the period of each regular sample from "
      "data[start:] to out[stack], up to the first block left to the Python reader (declined) or the end of "
      "the last complete block"},
+    {"flush", (PyCFunction)Collapser_flush, METH_NOARGS,
+     "flush(): add the periods summed so far to out (out[stack] += sum) and start again from none"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -103,19 +103,32 @@ def test_a_real_recording_is_read_by_the_c_reader(monkeypatch, capsys):
         data = fh.read() + b"\n"
     collapse_both(data, 1 << 20, CollapseOptions(), capsys)
     fed = []
-    real = perf_script._native_blocks
+    real = perf_script._native_collapser
 
-    def counting(parser, out):
-        fast = real(parser, out)
-        assert fast is not None
+    class Counting:
+        def __init__(self, parser, out):
+            self.collapser = real(parser, out)
+            assert self.collapser is not None
 
-        def feed(data, start):
-            result = fast(data, start)
+        def feed(self, data, start, event_filter):
+            result = self.collapser.feed(data, start, event_filter)
             fed.append(result)
             return result
 
-        return feed
+        def flush(self):
+            self.collapser.flush()
 
-    monkeypatch.setattr(perf_script, "_native_blocks", counting)
-    assert collapse_perf([data])
+    monkeypatch.setattr(perf_script, "_native_collapser", Counting)
+    assert collapse_perf([data]) == collapse_perf([data], native=False)
     assert sum(lines for _end, lines, _declined in fed) > 0.9 * data.count(b"\n")
+
+
+def test_periods_summed_past_64_bits_are_exact(capsys):
+    """The C reader sums a stack's periods in 64 bits until flushed; a sum that would overflow goes
+    to the output first. Periods past 19 digits read as 10**19, as the Python reader reads them."""
+    sample = b"python3 4242 [001] 100.000100: %s cycles:\n\t7f00 main (/usr/bin/python3)\n\n"
+    periods = [b"9" * 19, b"9" * 25, b"1", b"0"] * 3  # 0 counts as 1, as a missing period does
+    data = b"".join(sample % p for p in periods)
+    collapse_both(data, 1 << 20, CollapseOptions(), capsys)
+    [(stack, total)] = collapse_perf([data]).items()
+    assert stack == b"python3;main" and total == 3 * (10**19 - 1 + 10**19 + 1 + 1) > 2**64
