@@ -622,7 +622,8 @@ def test_a_step_nested_in_another_steps_wrapper_is_not_recorded():
 def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back():
     # A hook's system calls let the GIL go; with the program's 5 ms switch interval each took a
     # switch interval to come back while the program ran Python, and the clock stopped ticking.
-    # The hooks run at the clock's own quick interval, an eighth of a tick (125 us at 1 kHz).
+    # The hooks run at a tick's interval (1 ms at 1 kHz: an eighth of it cut the hooks' Python into
+    # slices that each waited for the program's busy threads).
     proc = run_script("""
         import sys, time
         from flameprof.collect.engine.c_sampler import CSampler
@@ -642,7 +643,7 @@ def test_tick_hooks_run_with_a_short_switch_interval_and_the_programs_comes_back
         sampler.stop()
         print(round(min(seen) * 1e6), round(max(seen) * 1e6), sys.getswitchinterval())
     """)
-    assert proc.stdout.split() == ["125", "125", "0.002"], proc.stderr
+    assert proc.stdout.split() == ["1000", "1000", "0.002"], proc.stderr
 
 
 def test_interpreter_exit_while_sampling_is_clean():
