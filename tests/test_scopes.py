@@ -69,12 +69,14 @@ def test_decorator_puts_the_scope_between_caller_and_function_and_records_its_ph
             caller()
     finally:
         gc.enable()
-    stacks = [names(s) for s in stacks_of(p.profile) if ("scope", "load batch") in s]
-    assert stacks
-    for s in stacks:
-        i = s.index("load batch")
-        # qualified names from 3.11 on, bare names before
-        assert s[i - 1].split(".")[-1] == "caller" and s[i + 1].split(".")[-1] == "load"
+    # qualified names from 3.11 on, bare names before
+    scoped = [names(s) for s in stacks_of(p.profile) if ("scope", "load batch") in s]
+    stacks = [[f.split(".")[-1] for f in s] for s in scoped]
+    around = [s[s.index("load batch") - 1 : s.index("load batch") + 2] for s in stacks]
+    assert ["caller", "load batch", "load"] in around
+    # the scope is the leaf in a sample of the wrapper's own work around the call (a tick's sample
+    # can be taken late, after ``load`` returned: wait_for_samples counts ticks when they are asked for)
+    assert all(a in (["caller", "load batch", "load"], ["caller", "load batch"]) for a in around), around
     assert p.profile.meta["scope_phases"] == {"load batch": "data"}
 
 
