@@ -227,6 +227,7 @@ def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[OpRow]:
     counted = np.where(times.counted[ops], ev["dur"][ops], 0.0)
     total_by = np.bincount(which, weights=counted, minlength=len(names))
     calls = np.bincount(which, minlength=len(names))
+    shapes = ev["shapes"][ops]
     # the most self time first, then the first seen of equals (a name's rows follow it)
     chosen = np.lexsort((first, -self_by))[:top]
     return [
@@ -235,17 +236,16 @@ def top_ops(trace: Trace, times: OpTimes, top: int = TOP_OPS) -> list[OpRow]:
             int(calls[k]),
             float(self_by[k]),
             float(total_by[k]),
-            [trace.names[s] for s in _commonest_shapes(ev["shapes"][ops[which == k]])],
+            [trace.names[s] for s in _commonest(shapes[(which == k) & (shapes >= 0)], 3)],
         )
         for k in chosen.tolist()
     ]
 
 
-def _commonest_shapes(shapes: np.ndarray, count: int = 3) -> list[int]:
-    """The ``count`` shape texts an op's calls have most often, the first seen of equals."""
-    shapes = shapes[shapes >= 0]
-    kinds, first, seen = np.unique(shapes, return_index=True, return_counts=True)
-    chosen: list[int] = kinds[np.lexsort((first, -seen))[:count]].tolist()
+def _commonest(values: np.ndarray, count: int = 1) -> list[int]:
+    """The ``count`` values seen most often, the first seen of equals first (as Counter.most_common)."""
+    unique, first, seen = np.unique(values, return_index=True, return_counts=True)
+    chosen: list[int] = unique[np.lexsort((first, -seen))[:count]].tolist()
     return chosen
 
 
@@ -407,12 +407,6 @@ def sums_by(keys: np.ndarray, values: np.ndarray, label: Callable[[int], str]) -
     return out
 
 
-def _commonest(values: np.ndarray) -> int:
-    """The value seen most often (the loop thread: the one with the most ops), the first of equals."""
-    unique, first, seen = np.unique(values, return_index=True, return_counts=True)
-    return int(unique[np.lexsort((first, -seen))[0]])
-
-
 def _idle_in_steps(trace: Trace) -> np.ndarray:
     """The intervals of the traced steps (or the window) in which no device event runs."""
     ev = trace.events
@@ -442,7 +436,7 @@ def _idle_attribution(
     host = np.nonzero((kind == OP) | (kind == ANNOTATION) | (kind == RUNTIME))[0]
     if not len(idle):
         return {}, {}
-    main = _commonest(ev["tid"][host]) if len(host) else -1
+    main = _commonest(ev["tid"][host])[0] if len(host) else -1  # the loop thread: the most ops
     starts, ends, mids = idle[:, 0], idle[:, 1], (idle[:, 0] + idle[:, 1]) / 2
     lengths = (ends - starts).tolist()
     tids = ev["tid"][host]
@@ -636,7 +630,7 @@ def _idle_causes(
     ops = host & (kind == OP)
     if not ops.any():
         return None
-    main = _commonest(ev["tid"][ops])
+    main = _commonest(ev["tid"][ops])[0]
     start, end = ev["start"], ev["start"] + ev["dur"]
     phase = ev["phase"]
 
