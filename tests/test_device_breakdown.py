@@ -195,7 +195,9 @@ def test_interval_arithmetic_matches_a_unit_grid(a_spans, b_spans, lo, width):
     in_a, in_b = _mask(a_spans, grid), _mask(b_spans, grid)
     assert intervals.length(a) == in_a.sum()
     assert intervals.overlap(a, b) == (in_a & in_b).sum()
-    assert intervals.length(intervals.intersection(a, b)) == (in_a & in_b).sum()
+    both = intervals.intersection(a, b)
+    assert intervals.length(both) == (in_a & in_b).sum()
+    assert (both[:, 1] > both[:, 0]).all() and (both[1:, 0] >= both[:-1, 1]).all()  # disjoint, sorted
     assert intervals.length(intervals.minus(a, b)) == (in_a & ~in_b).sum()
     window = (grid >= lo) & (grid < lo + width)
     assert intervals.length(intervals.gaps(a, lo, lo + width)) == (~in_a & window).sum()

@@ -152,11 +152,13 @@ def device_times(trace: Trace, launched_only: bool = False) -> list[DeviceTime]:
     rows = np.nonzero(device)[0]
     if not len(rows):
         return []
-    keys = np.stack([ev["pid"][rows], ev["device"][rows]], axis=1)
+    pids = ev["pid"][rows]
     out = []
-    for pid, device in np.unique(keys, axis=0).tolist():
-        mine = rows[(keys[:, 0] == pid) & (keys[:, 1] == device)]
-        out.append(_device_time(trace, mine, types, launched, int(pid), int(device)))
+    for pid in np.unique(pids).tolist():  # processes and devices are few: a pass each
+        of_pid = rows[pids == pid]
+        for device in np.unique(ev["device"][of_pid]).tolist():
+            mine = of_pid[ev["device"][of_pid] == device]
+            out.append(_device_time(trace, mine, types, launched, int(pid), int(device)))
     return sorted(out, key=lambda d: -(d.span - d.idle))
 
 

@@ -42,7 +42,8 @@ def covered_before(intervals: np.ndarray, times: np.ndarray) -> np.ndarray:
     if not len(intervals):
         return np.zeros(len(times))
     edges = intervals.ravel()
-    inside = np.resize([1.0, 0.0], len(edges) - 1)  # from each start to its end, then a gap
+    inside = np.zeros(len(edges) - 1)
+    inside[::2] = 1.0  # from each start to its end, then a gap
     cumulative = np.concatenate([[0.0], np.cumsum(np.diff(edges) * inside)])
     return np.asarray(np.interp(times, edges, cumulative))
 
@@ -66,17 +67,19 @@ def gaps(intervals: np.ndarray, start: float, end: float) -> np.ndarray:
 
 
 def intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The parts covered by both disjoint sorted sets, disjoint and sorted."""
+    """The parts covered by both disjoint sorted sets, disjoint and sorted (touching intervals share
+    nothing): each interval of ``b`` meets the run of ``a``'s that end after its start and start
+    before its end, so the pairs to clip are at most as many as both sets' intervals."""
     if not len(a) or not len(b):
         return EMPTY
-    times = np.concatenate([a[:, 0], a[:, 1], b[:, 0], b[:, 1]])
-    ones = np.ones(len(a) + len(b))
-    steps = np.concatenate([ones[: len(a)], -ones[: len(a)], ones[len(a) :], -ones[len(a) :]])
-    order = np.lexsort((steps, times))  # at one time ends go first: touching intervals share nothing
-    t, running = times[order], np.cumsum(steps[order])
-    both = running[:-1] == 2
-    keep = both & (t[1:] > t[:-1])
-    return np.column_stack([t[:-1][keep], t[1:][keep]])
+    lo = np.searchsorted(a[:, 1], b[:, 0], "right")
+    hi = np.searchsorted(a[:, 0], b[:, 1], "left")
+    counts = np.maximum(hi - lo, 0)
+    j = np.repeat(np.arange(len(b)), counts)
+    i = np.arange(len(j)) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+    starts, ends = np.maximum(a[i, 0], b[j, 0]), np.minimum(a[i, 1], b[j, 1])
+    keep = ends > starts
+    return np.column_stack([starts[keep], ends[keep]])
 
 
 def minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:

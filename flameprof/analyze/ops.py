@@ -194,14 +194,16 @@ def op_times(trace: Trace) -> OpTimes:
     np.add.at(child_time, parent[has_parent], dur[has_parent])
     self_time = np.where(is_op, np.maximum(dur - child_time, 0.0), 0.0)
     counted = is_op.copy()
-    parents, names, kinds = parent.tolist(), name.tolist(), kind.tolist()
-    for i in np.nonzero(is_op)[0].tolist():
-        p = parents[i]
-        while p >= 0:
-            if kinds[p] == OP and names[p] == names[i]:
-                counted[i] = False
-                break
-            p = parents[p]
+    # an op inside another op of its name (a recursion, a wrapper's call of the same op) is in that
+    # one's total already: every op climbs its ancestors at once, one level a pass
+    walking = np.flatnonzero(is_op)
+    above = parent[walking].astype(np.int64)
+    while len(walking):
+        going = above >= 0
+        walking, above = walking[going], above[going]
+        same = (kind[above] == OP) & (name[above] == name[walking])
+        counted[walking[same]] = False
+        walking, above = walking[~same], parent[above[~same]].astype(np.int64)
     _LAST_TIMES[:] = [(trace, OpTimes(self_time, counted))]
     return _LAST_TIMES[0][1]
 
@@ -373,7 +375,7 @@ def device_table(trace: Trace, profile: Profile | None = None) -> DeviceSection 
     communication_by_layer = sums_by(
         layer[communicating], seconds[communicating], lambda k: trace.name_of(k) or "(no layer)"
     )
-    idle_by_layer, idle_by_site = _idle_attribution(trace, profile, _idle_in_steps(trace))
+    idle_by_layer, idle_by_site = _idle_attribution(trace, profile, _idle_in_steps(trace, busy))
     devices = device_times(trace)
     return DeviceSection(
         busy_percent=100 * float(on.sum()) / max(float((lasts - firsts).sum()), 1e-12),
@@ -407,14 +409,14 @@ def sums_by(keys: np.ndarray, values: np.ndarray, label: Callable[[int], str]) -
     return out
 
 
-def _idle_in_steps(trace: Trace) -> np.ndarray:
-    """The intervals of the traced steps (or the window) in which no device event runs."""
+def _idle_in_steps(trace: Trace, busy: np.ndarray) -> np.ndarray:
+    """The intervals of the traced steps (or the window) in which no device event runs (``busy``: the
+    device events' union)."""
     ev = trace.events
-    on_device = np.isin(ev["kind"], DEVICE_KINDS)
     start, end = ev["start"], ev["start"] + ev["dur"]
     spans = list(trace.steps) or [(float(start.min()), float(end.max()))]
     steps = intervals.merged(np.array([a for a, _ in spans]), np.array([b for _, b in spans]))
-    idle: np.ndarray = intervals.minus(steps, intervals.merged(start[on_device], end[on_device]))
+    idle: np.ndarray = intervals.minus(steps, busy)
     return idle
 
 
@@ -530,10 +532,13 @@ def _syncs(trace: Trace, profile: Profile | None) -> SyncSection:
 
 def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
     """For each span of a thread, the innermost program frame the thread's samples during it show
-    most often, the earliest seen of equals ("" without such samples). A thread's samples are
-    sorted once, every span finds its own by bisection, and the counting is done in numpy over
-    (span, site) pairs, a bounded number of pairs at a time: a trace holds hundreds of thousands
-    of idle intervals and syncs, a profile millions of samples."""
+    most often, the earliest seen of equals ("" without such samples): the samples that end at or
+    after the span's start and began by its end. A thread's samples are sorted once, in groups of
+    like length (``_length_groups``), and every span finds its own in each group by bisection,
+    looking past its end only as far as the group's longest sample reaches (with one group, a
+    single sample of 0.2 s would make every span read 0.2 s of samples beyond its end). The counting
+    is done in numpy over (span, sample) pairs, a bounded number of pairs at a time: a trace holds
+    hundreds of thousands of idle intervals and syncs, a profile millions of samples."""
     out = [""] * len(tids)
     if profile is None or not profile.num_samples or not len(tids):
         return out
@@ -542,29 +547,48 @@ def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, e
         by_tid.setdefault(thread.tid, []).append(index)
     names: list[str] = [""]  # site 0: no frame of the program's own
     site_ids: dict[str, int] = {"": 0}
-    longest = float(profile.sample_wall.max())
     for tid in np.unique(tids).tolist():
         rows = np.nonzero(np.isin(profile.sample_thread, by_tid.get(tid, [])))[0]
         if not len(rows):
             continue
         rows = rows[np.argsort(profile.sample_time[rows], kind="stable")]
-        times = profile.sample_time[rows]
-        began = times - profile.sample_wall[rows]
         stacks, stack_of_row = np.unique(profile.sample_stack[rows], return_inverse=True)
         site_of_stack = np.array(
             [site_ids.setdefault(_program_frame(profile, s), len(site_ids)) for s in stacks.tolist()],
             dtype=np.int64,
         )
         names.extend(list(site_ids)[len(names) :])
-        site_of_row = site_of_stack[stack_of_row.reshape(-1)]
+        site = site_of_stack[stack_of_row.reshape(-1)]
+        rows, site = rows[site > 0], site[site > 0]  # only samples with a site count
+        if not len(rows):
+            continue
+        wall = profile.sample_wall[rows]
+        group = _length_groups(wall)
+        rank = np.argsort(group, kind="stable")  # by group, each in time order; its time order is its rank
+        times = profile.sample_time[rows][rank]
+        samples = _Samples(site[rank], times - wall[rank], rank)
         spans = np.nonzero(tids == tid)[0]
-        # samples ending at or after the start whose interval began by the end
-        lo = np.searchsorted(times, starts[spans], "left")
-        hi = np.searchsorted(times, ends[spans] + longest, "right")
-        for chunk in _chunks(np.maximum(hi - lo, 0), PAIRS_AT_ONCE):
-            best = _commonest_sites(site_of_row, began, lo[chunk], hi[chunk], ends[spans[chunk]])
-            for k, site in zip(spans[chunk].tolist(), best.tolist()):
-                out[k] = names[site]
+        bounds = np.searchsorted(group[rank], np.arange(int(group.max()) + 2)).tolist()
+        ranges = []  # per group, (span, lo, hi): the rows of the group a span reads, where there are any
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if a < b:
+                reach = float(wall[rank[a:b]].max())
+                lo = a + np.searchsorted(times[a:b], starts[spans], "left")
+                hi = a + np.searchsorted(times[a:b], ends[spans] + reach, "right")
+                some = np.flatnonzero(hi > lo)
+                ranges.append((some, lo[some], hi[some]))
+        pairs = np.zeros(len(spans), dtype=np.int64)
+        for some, lo, hi in ranges:
+            pairs[some] += hi - lo
+        for chunk in _chunks(pairs, PAIRS_AT_ONCE):
+            parts = []  # the chunk's spans' ranges in each group
+            for some, lo, hi in ranges:
+                r = slice(*np.searchsorted(some, [chunk.start, chunk.stop]).tolist())
+                parts.append((some[r] - chunk.start, lo[r], hi[r]))
+            span_of, lo, hi = (np.concatenate(column) for column in zip(*parts))
+            best = _commonest_sites(samples, span_of, lo, hi, ends[spans[chunk]])
+            for k, found in zip(spans[chunk].tolist(), best.tolist()):
+                out[k] = names[found]
     return out
 
 
@@ -572,38 +596,61 @@ def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, e
 PAIRS_AT_ONCE = 1 << 22
 
 
+@dataclass
+class _Samples:
+    """One thread's samples as ``_call_sites`` reads them, grouped by length."""
+
+    site: np.ndarray  # its call site
+    began: np.ndarray  # when its interval began
+    rank: np.ndarray  # its place in time order: the earliest seen of equals wins
+
+
+def _length_groups(wall: np.ndarray) -> np.ndarray:
+    """Each sample's group: its length's power of four (from the shortest's), so a group's longest is
+    at most four times its shortest."""
+    exponent = np.frexp(np.maximum(wall, max(float(wall[wall > 0].min(initial=1.0)), 1e-12)))[1]
+    groups: np.ndarray = ((exponent - exponent.min()) // 2).astype(np.int16)  # sorted by radix
+    return groups
+
+
 def _chunks(sizes: np.ndarray, limit: int) -> list[slice]:
-    """Consecutive slices of ``sizes`` whose sums stay within ``limit`` (or one element each)."""
-    out, first, total = [], 0, 0
-    for k, size in enumerate(sizes.tolist()):
-        if total + size > limit and k > first:
-            out.append(slice(first, k))
-            first, total = k, 0
-        total += size
-    out.append(slice(first, len(sizes)))
-    return out
+    """Consecutive slices of ``sizes`` whose sums stay within about ``limit`` (twice it at most, or one
+    element)."""
+    total = np.cumsum(sizes)
+    cuts = (np.flatnonzero(np.diff(total // limit)) + 1).tolist() if len(sizes) else []
+    edges = [0, *cuts, len(sizes)]
+    return [slice(a, b) for a, b in zip(edges[:-1], edges[1:]) if a < b] or [slice(0, 0)]
 
 
 def _commonest_sites(
-    site_of_row: np.ndarray, began: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray
+    samples: _Samples, span_of: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray
 ) -> np.ndarray:
-    """Per span (rows ``lo:hi`` of time-sorted samples, those begun by its end), the site seen most
-    often, the earliest seen of equals; 0 where none has a site."""
-    counts = np.maximum(hi - lo, 0)
-    span = np.repeat(np.arange(len(lo)), counts)
+    """Per span (its rows ``lo:hi`` in each group where ``span_of`` names it; those begun by its end
+    count), the site seen most often, the earliest seen of equals; 0 where it has no samples."""
+    counts = hi - lo
+    span = np.repeat(span_of, counts)
     row = np.arange(len(span)) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
-    site = site_of_row[row]
-    keep = (site > 0) & (began[row] <= ends[span])
-    span, site = span[keep], site[keep]
-    best = np.zeros(len(lo), dtype=np.int64)
+    site = samples.site[row]
+    keep = samples.began[row] <= ends[span]
+    span, site, rank = span[keep], site[keep], samples.rank[row[keep]]
+    best = np.zeros(len(ends), dtype=np.int64)
     if not len(span):
         return best
-    _, first, seen = np.unique(span * (int(site.max()) + 1) + site, return_index=True, return_counts=True)
-    pair_span = span[first]
-    # per span: the most seen, then the first seen; the first row of each span wins
-    order = np.lexsort((first, -seen, pair_span))
+    sites, ranks = int(site.max()) + 1, len(samples.rank)
+    pair = span * sites + site
+    if len(ends) * sites * ranks < 1 << 62:  # one sort of (pair, rank) as one integer
+        key = np.sort(pair * ranks + rank)
+        pair, rank = np.divmod(key, ranks)
+    else:
+        order = np.lexsort((rank, pair))
+        pair, rank = pair[order], rank[order]
+    first = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]])  # each pair's earliest rank
+    seen = np.diff(np.r_[first, len(pair)])
+    pair_span, pair_site, pair_rank = pair[first] // sites, pair[first] % sites, rank[first]
+    # per span: the most seen, then the earliest seen
+    order = np.lexsort((pair_rank, -seen, pair_span))
     winners = order[np.r_[True, pair_span[order][1:] != pair_span[order][:-1]]]
-    best[pair_span[winners]] = site[first[winners]]
+    best[pair_span[winners]] = pair_site[winners]
     return best
 
 
@@ -711,7 +758,8 @@ def op_stacks(trace: Trace, mode: str = "wall") -> dict[tuple[Frame, ...], float
     rows = np.nonzero(on_device)[0] if on_device.any() else np.nonzero(ev["kind"] == OP)[0]
     out: dict[tuple[Frame, ...], float] = {}
     if on_device.any():  # the device's idle time in the steps, under what the host was in then
-        by_layer, _ = _idle_attribution(trace, None, _idle_in_steps(trace))
+        busy = intervals.merged(ev["start"][on_device], ev["start"][on_device] + ev["dur"][on_device])
+        by_layer, _ = _idle_attribution(trace, None, _idle_in_steps(trace, busy))
         for label, seconds in by_layer.items():
             kind = "marker" if label.startswith("(") else "layer"
             key: tuple[Frame, ...] = (Frame(label, kind=kind), Frame("(device idle)", kind="marker"))

@@ -49,8 +49,14 @@ def read_column(data: bytes, name: str, dtype: type[np.integer[Any]] | type[np.f
     if not issubclass(dtype, np.integer):  # float64, and so is the source (the kinds match: see above)
         if not np.isfinite(values).all():
             raise ValueError(f"{name}: values must be finite")
-        return values.astype(dtype)
+        return _as(values, dtype)
     info = np.iinfo(dtype)
     if count and (values.min() < info.min or values.max() > info.max):
         raise ValueError(f"{name}: values out of range for {np.dtype(dtype).name}")
-    return values.astype(dtype)
+    return _as(values, dtype)
+
+
+def _as(values: np.ndarray, dtype: type[np.integer[Any]] | type[np.float64]) -> np.ndarray:
+    """``values`` as ``dtype``: a read-only view of the member's bytes where it is one already (a copy
+    of a column of millions is mostly the page faults of fresh memory)."""
+    return values if values.dtype == np.dtype(dtype) else values.astype(dtype)
