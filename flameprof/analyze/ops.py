@@ -26,6 +26,7 @@ from ..model.trace import (
     OP,
     RUNTIME,
     Trace,
+    nesting_order,
 )
 from . import intervals
 from .advice import HIGHLY, MODERATELY
@@ -475,7 +476,7 @@ def _innermost(ev: dict[str, np.ndarray], rows: np.ndarray, points: np.ndarray) 
     the points: a trace holds millions of events and thousands of idle intervals."""
     if not len(rows):
         return np.full(len(points), -1, dtype=np.int64)
-    order = rows[np.lexsort((-ev["dur"][rows], ev["start"][rows]))]
+    order = rows[nesting_order(ev["start"][rows], ev["dur"][rows])]
     at = np.searchsorted(ev["start"][order], points, "right") - 1
     found = np.where(at >= 0, order[np.maximum(at, 0)], -1).astype(np.int64)
     end = ev["start"] + ev["dur"]
@@ -551,7 +552,6 @@ def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, e
         rows = np.nonzero(np.isin(profile.sample_thread, by_tid.get(tid, [])))[0]
         if not len(rows):
             continue
-        rows = rows[np.argsort(profile.sample_time[rows], kind="stable")]
         stacks, stack_of_row = np.unique(profile.sample_stack[rows], return_inverse=True)
         site_of_stack = np.array(
             [site_ids.setdefault(_program_frame(profile, s), len(site_ids)) for s in stacks.tolist()],
@@ -562,6 +562,8 @@ def _call_sites(profile: Profile | None, tids: np.ndarray, starts: np.ndarray, e
         rows, site = rows[site > 0], site[site > 0]  # only samples with a site count
         if not len(rows):
             continue
+        by_time = np.argsort(profile.sample_time[rows], kind="stable")
+        rows, site = rows[by_time], site[by_time]
         wall = profile.sample_wall[rows]
         group = _length_groups(wall)
         rank = np.argsort(group, kind="stable")  # by group, each in time order; its time order is its rank

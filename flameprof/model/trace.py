@@ -97,6 +97,20 @@ class Trace:
             raise ValueError("trace memory event out of range")
 
 
+def nesting_order(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The indexes of events by start, the longer first at equal starts (so a parent comes before its
+    children), reading order among equals: ``np.lexsort((-dur, start))``. A trace is nearly in time
+    order already, so a stable sort by start is fast (a merge of runs), and only runs of equal starts
+    are then sorted by length (a lexsort of millions of events takes ten times as long)."""
+    order = np.argsort(start, kind="stable")
+    in_order = start[order]
+    tied = np.flatnonzero(in_order[1:] == in_order[:-1])
+    if len(tied):
+        runs = np.union1d(tied, tied + 1)  # positions in runs of equal starts, runs apart and in order
+        order[runs] = order[runs[np.lexsort((-dur[order[runs]], in_order[runs]))]]
+    return order
+
+
 def shifted(trace: Trace, seconds: float) -> Trace:
     """``trace`` with every time moved by ``seconds`` (onto another profile's epoch)."""
     events = dict(trace.events, start=trace.events["start"] + seconds)

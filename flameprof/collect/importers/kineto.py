@@ -51,6 +51,7 @@ from ...model.trace import (
     OP,
     RUNTIME,
     Trace,
+    nesting_order,
 )
 from .json_stream import ByteSource, JsonDefect, Scan, stream_member
 from .kineto_rows import (
@@ -363,7 +364,7 @@ def _nest(
     """Each host event's parent (the innermost event enclosing it on its thread), and the host event
     each memory event happened in; and the host events parents first (time order)."""
     n, m = len(start), len(memory_ts)
-    by_time = np.lexsort((-dur, start))  # stable: ties stay in reading order
+    by_time = nesting_order(start, dur)
     in_time = np.argsort(memory_ts, kind="stable")
     # the memory events among the host events by time, each after the events starting when it
     # happens (an allocation at an op's start is inside it)

@@ -21,7 +21,7 @@ import numpy as np
 from ...model.counters import TORCH_ALLOCATED_BYTES
 from ...model.phase_names import PHASES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
-from ...model.trace import ANNOTATION, OP, RUNTIME, Trace
+from ...model.trace import ANNOTATION, OP, RUNTIME, Trace, nesting_order
 from .kineto import (
     LAYER_PREFIX,
     MODULE_PREFIX,
@@ -206,7 +206,7 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     del keys
     processes = [ProcessInfo(pid, "main") for pid in np.unique(ev["pid"][host]).tolist()]
     # the walk: host events by start, the longer first (a parent before its children)
-    order = host[np.lexsort((-ev["dur"][host], ev["start"][host]))]  # stable: ties by index
+    order = host[nesting_order(ev["start"][host], ev["dur"][host])]
     del host
     own_time = np.maximum(ev["dur"][order] - children[order], 0.0)
     del children
