@@ -174,7 +174,7 @@ QUICK: dict[str, Quick] = {
         ("--steps", "30", "--rounds", "3"),
         (
             Figure(
-                "BatchNorm folding: estimated / measured saving",
+                "BatchNorm folding, memory kept: estimated / measured",
                 r"estimate / measured: (\d+\.\d+)",
                 0.2,
                 ideal=1.0,
