@@ -3,6 +3,8 @@ named only when the profile shows what it assumes."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from test_report import STACKS, TORCH, stepped
 
 from flameprof.analyze.report import report_of
@@ -161,3 +163,62 @@ def test_a_real_loop_waiting_on_idle_workers_is_told_the_hand_over_costs(tmp_pat
     profile = storage.load(tmp_path / "out" / "profile.flameprof")
     assert has(profile, "handing batches over")
     assert not has(profile, "raise num_workers")
+
+
+FRESH_MEMORY = """
+import sys, time, numpy as np, flameprof
+kept = np.empty(16 << 20, dtype=np.float32)
+until = time.perf_counter() + 2.5
+while time.perf_counter() < until:
+    # 64 MB a step: a fresh block is past what glibc ever keeps (32 MB), so each page is faulted in
+    a = np.empty(16 << 20, dtype=np.float32) if sys.argv[1] == "fresh" else kept
+    a.fill(1.0)
+    a.sum()
+    flameprof.step()
+"""
+
+
+@pytest.mark.parametrize("memory", ["fresh", "kept"])
+def test_a_loop_that_faults_its_memory_in_each_step_is_told_to_keep_it(tmp_path, memory):
+    """The same work on a fresh 64 MB block a step, or on one kept: only the first takes page faults
+    all the time (the kernel zeroes every page), and only it is told to keep its memory."""
+    from conftest import run_flameprof
+
+    from flameprof.model import storage
+    from flameprof.model.counters import PAGE_FAULTS_PER_S, SYSTEM_CPU_PERCENT
+
+    (tmp_path / "loop.py").write_text(FRESH_MEMORY)
+    proc = run_flameprof(
+        "run", "-q", "-o", str(tmp_path / "out"), str(tmp_path / "loop.py"), memory, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    faults, kernel = profile.counters[PAGE_FAULTS_PER_S][1], profile.counters[SYSTEM_CPU_PERCENT][1]
+    if memory == "fresh":  # 16k faults a step
+        assert np.median(faults) > 50_000 and np.median(kernel) > 20, (faults, kernel)
+        assert has(profile, "page faults a second")
+    else:
+        assert np.median(faults) < 5_000, faults
+        assert not has(profile, "page faults a second")
+
+
+@pytest.mark.parametrize(
+    ("key", "kernel", "faults", "told"),
+    [
+        ("page_faults_per_s", 30.0, 50_000.0, True),
+        ("main: page_faults_per_s", 30.0, 50_000.0, True),  # a job's merged counters
+        ("page_faults_per_s", 5.0, 50_000.0, False),  # faults, but little time in the kernel
+        ("page_faults_per_s", 30.0, 2_000.0, False),  # the kernel busy with something else
+    ],
+)
+def test_the_page_fault_advice_needs_the_faults_and_the_kernel_time_in_the_steps(key, kernel, faults, told):
+    profile = stepped({"forward": 10.0}, steps=8)
+    times = np.linspace(0.0, 80.0, 41)
+    in_steps = (times > 10.0) & (times <= 80.0)  # the first step is the warm-up
+    # outside the steady steps (start-up, warm-up) the process faults all the time: that never counts
+    profile.counters[key] = (times, np.where(in_steps, faults, 500_000.0))
+    profile.counters[key.replace("page_faults_per_s", "system_cpu_percent")] = (
+        times,
+        np.where(in_steps, kernel, 100.0),
+    )
+    assert has(profile, "page faults a second") == told

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.counters import PAGE_FAULTS_PER_S, SYSTEM_CPU_PERCENT
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
@@ -29,6 +30,8 @@ COMM_ADVICE = 0.10  # collective waits worth a note
 DISPATCH_ADVICE = 0.10  # nn.Module call machinery, share of forward
 WORKER_START_ADVICE = 0.01
 WORKERS_BUSY = 0.5  # workers building batches this share of the loop's waits: more of them would help
+KERNEL_ADVICE = 0.10  # the process in the kernel this share of the time, while it page-faults ...
+FAULTS_ADVICE = 10_000  # ... this many times a second (40 MB/s of fresh 4 KB pages, more in huge pages)
 
 _LEVEL_TEXT = {
     "highly": "HIGHLY input-bound",
@@ -119,7 +122,46 @@ def advise(
             "fewer, larger collectives (bucketing, gradient accumulation) cut the rest."
         )
     out += _forward_advice(analysis)
+    out += _page_fault_advice(analysis)
     return out
+
+
+def _counter(profile: Profile, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The main process's series ``name`` (a merged job's counters are named ``main: <name>``)."""
+    return profile.counters.get(name) or profile.counters.get(f"main: {name}")
+
+
+def _page_fault_advice(analysis: Analysis) -> list[str]:
+    """The process faulting fresh memory in all the time: an allocator that gives freed blocks back
+    to the system (glibc does for blocks of megabytes, a CPU model's activations) and takes them again
+    for the next tensors, each page zeroed by the kernel. Over the steady-state steps (or the run)."""
+    profile = analysis.profile
+    kernel, faults = _counter(profile, SYSTEM_CPU_PERCENT), _counter(profile, PAGE_FAULTS_PER_S)
+    if kernel is None or faults is None or not len(kernel[0]) or not len(faults[0]):
+        return []
+    steps = analysis.steps
+    steady = np.flatnonzero(steps.steady) if steps.count else np.zeros(0, dtype=np.int64)
+    if len(steady):
+        start, end = float(steps.bounds[steady[0]]), float(steps.bounds[steady[-1] + 1])
+    else:
+        start, end = -np.inf, np.inf
+    in_kernel = kernel[1][(kernel[0] > start) & (kernel[0] <= end)]
+    per_second = faults[1][(faults[0] > start) & (faults[0] <= end)]
+    if not len(in_kernel) or not len(per_second):
+        return []
+    share, rate = float(in_kernel.mean()) / 100, float(per_second.mean())
+    if share < KERNEL_ADVICE or rate < FAULTS_ADVICE:
+        return []
+    step = ""
+    if len(steady):
+        step = f", {rate * float(np.median(steps.walls[steps.steady])):,.0f} a step"
+    return [
+        f"The process spends {100 * share:.0f}% of its time in the kernel and takes {rate:,.0f} page faults "
+        f"a second{step}: memory its tensors free goes back to the system and is faulted in again, "
+        "zeroed, for the next ones. Keep it: preload jemalloc or tcmalloc (LD_PRELOAD), or run with "
+        "MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456 (glibc); that saves up to "
+        f"the {100 * share:.0f}%."
+    ]
 
 
 def _file_is(*suffixes: str) -> Callable[[Frame], bool]:

@@ -26,7 +26,9 @@ from ..model.counters import (
     CPU_PERCENT,
     GPU_MEMORY_BYTES,
     GPU_UTIL_PERCENT,
+    PAGE_FAULTS_PER_S,
     RSS_BYTES,
+    SYSTEM_CPU_PERCENT,
     TORCH_ALLOCATED_BYTES,
     TORCH_RESERVED_BYTES,
 )
@@ -37,6 +39,8 @@ from .trace_tracks import trace_track_events
 _MIB = 1.0 / (1 << 20)
 _COUNTERS = {
     CPU_PERCENT: ("CPU %", 1.0),
+    SYSTEM_CPU_PERCENT: ("CPU in the kernel %", 1.0),
+    PAGE_FAULTS_PER_S: ("page faults/s", 1.0),
     RSS_BYTES: ("RSS (MiB)", _MIB),
     TORCH_ALLOCATED_BYTES: ("torch allocated (MiB)", _MIB),
     TORCH_RESERVED_BYTES: ("torch reserved (MiB)", _MIB),

@@ -1,4 +1,5 @@
-"""Process counters (CPU % and RSS, and the GPU's where there is one: gpu_counters.py), recorded
+"""Process counters (CPU %, the kernel's share of it, page faults and RSS, and the GPU's where there
+is one: gpu_counters.py), recorded
 every 200 ms during a profiling session; past 10,000 points a series thins its older half, so a
 run of days keeps a coarser but bounded record.
 
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ...model.counters import CPU_PERCENT, RSS_BYTES
+from ...model.counters import CPU_PERCENT, PAGE_FAULTS_PER_S, RSS_BYTES, SYSTEM_CPU_PERCENT
 from .gpu_counters import GpuCounters
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class CounterRecorder:
     def __init__(self, t0: float, interval: float = INTERVAL, gpu: GpuCounters | None = None) -> None:
         self.t0 = t0
         self.gpu = gpu if gpu is not None else GpuCounters()
-        self.extra: dict[str, tuple[list[float], list[float]]] = {}  # GPU counters: (times, values)
+        self.extra: dict[str, tuple[list[float], list[float]]] = {}  # the other series: (times, values)
         self.interval = interval
         self.times: list[float] = []
         self.cpu: list[float] = []
@@ -41,6 +42,8 @@ class CounterRecorder:
         self._started = False
         self._last_wall = 0.0
         self._last_cpu = 0.0
+        self._last_system = 0.0
+        self._last_faults = 0
 
     def tick(self) -> None:
         now = time.perf_counter()
@@ -52,16 +55,23 @@ class CounterRecorder:
         if not self._started:
             self._started = True
             self._last_wall, self._last_cpu = now, cpu
+            self._last_system, self._last_faults = usage.ru_stime, usage.ru_minflt
             return
         rss = resident_bytes()
         if rss is None:
             return
         # values first, time last: a reader trims to the shortest list and never pairs them wrongly
-        self.cpu.append(100.0 * (cpu - self._last_cpu) / max(now - self._last_wall, 1e-9))
+        elapsed = max(now - self._last_wall, 1e-9)
+        self.cpu.append(100.0 * (cpu - self._last_cpu) / elapsed)
         self.rss.append(rss)
         self.times.append(now - self.t0)
+        rates = {  # the kernel's share and the faults that bring fresh memory in (advice.py reads them)
+            SYSTEM_CPU_PERCENT: 100.0 * (usage.ru_stime - self._last_system) / elapsed,
+            PAGE_FAULTS_PER_S: (usage.ru_minflt - self._last_faults) / elapsed,
+        }
         self._last_wall, self._last_cpu = now, cpu
-        for name, value in self.gpu.read().items():
+        self._last_system, self._last_faults = usage.ru_stime, usage.ru_minflt
+        for name, value in {**rates, **self.gpu.read()}.items():
             times, values = self.extra.setdefault(name, ([], []))
             values.append(value)
             times.append(now - self.t0)
