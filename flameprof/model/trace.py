@@ -147,6 +147,7 @@ def concat(traces_or_none: Sequence[Trace | None]) -> Trace | None:
         out.steps.extend(trace.steps)
         out.params.update(trace.params)
     out.names = list(names)
-    out.events = {c: np.concatenate(v).astype(EVENT_COLUMNS[c]) for c, v in events.items()}
-    out.memory = {c: np.concatenate(v).astype(MEMORY_COLUMNS[c]) for c, v in memory.items()}
+    # no second copy of columns of millions where the parts have their type already
+    out.events = {c: np.concatenate(v).astype(EVENT_COLUMNS[c], copy=False) for c, v in events.items()}
+    out.memory = {c: np.concatenate(v).astype(MEMORY_COLUMNS[c], copy=False) for c, v in memory.items()}
     return out
