@@ -1,7 +1,6 @@
 """Process counters (CPU %, the kernel's share of it, page faults and RSS, and the GPU's where there
-is one: gpu_counters.py), recorded
-every 200 ms during a profiling session; past 10,000 points a series thins its older half, so a
-run of days keeps a coarser but bounded record.
+is one: gpu_counters.py), recorded every 200 ms during a profiling session; past 10,000 points a
+series thins its older half, so a run of days keeps a coarser but bounded record.
 
 ``tick`` runs on the sampler thread after each sample and records at most one point per
 interval, so no thread is added to the profiled program. It holds the program's GIL meanwhile, so
