@@ -51,7 +51,8 @@ def main() -> None:
     if args.child is None:
         for child, env in (("as-is", {}), ("kept", KEPT)):
             argv = [sys.executable, os.path.abspath(__file__), *sys.argv[1:], "--child", child]
-            subprocess.run(argv, env={**os.environ, **env}, check=True)
+            inherited = {k: v for k, v in os.environ.items() if k not in KEPT}  # "as it is": glibc's own
+            subprocess.run(argv, env={**inherited, **env}, check=True)
         return
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model.counters import PAGE_FAULTS_PER_S, SYSTEM_CPU_PERCENT
+from ..model.merge import counter_key
 from ..model.phase_names import LEAF_PHASES
 from ..model.profile import Frame, Profile
 from .breakdown import Analysis, stack_has
@@ -128,7 +129,7 @@ def advise(
 
 def _counter(profile: Profile, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     """The main process's series ``name`` (a merged job's counters are named ``main: <name>``)."""
-    return profile.counters.get(name) or profile.counters.get(f"main: {name}")
+    return profile.counters.get(name) or profile.counters.get(counter_key("main", name))
 
 
 def _page_fault_advice(analysis: Analysis) -> list[str]:

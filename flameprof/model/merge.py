@@ -48,6 +48,12 @@ def _label(info: ProcessInfo, many_hosts: bool, many_mains: bool) -> str:
     return f"{label} on {info.host}" if many_hosts else label
 
 
+def counter_key(label: str, name: str) -> str:
+    """A counter's name in a merged profile: ``<process>: <counter>`` (``main: rss_bytes``), or the
+    counter's own where the process needs no label."""
+    return f"{label}: {name}" if label else name
+
+
 def has_process_roots(profile: Profile) -> bool:
     roots = profile.stack_frame[profile.stack_parent < 0]
     return any(profile.frames[int(f)].kind == "process" for f in roots)
@@ -89,7 +95,7 @@ def merge_profiles(profiles: list[Profile], main_pid: int | None = None) -> Prof
         if profile.trace is not None:
             traces.append(shifted(profile.trace, offset))
         for name, (t, v) in profile.counters.items():
-            key = f"{label}: {name}" if label else name
+            key = counter_key(label, name)
             old_t, old_v = counters.get(key, (np.zeros(0), np.zeros(0)))
             counters[key] = (np.concatenate([old_t, t + offset]), np.concatenate([old_v, v]))
     time = np.concatenate(columns["time"])
