@@ -261,6 +261,21 @@ flameprof_switch_interval_slot(PyInterpreterState *interp)
 }
 #endif
 
+int
+flameprof_thread_made(PyThreadState *ts)
+{
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    /* 3.11's new_threadstate() puts a copy of its blank thread state at the head of the list, then
+     * fills it in (init_threadstate()); a thread that takes the GIL from C (PyGILState_Ensure(),
+     * pybind11's gil_scoped_acquire on a torch thread) makes its state without the GIL, so a walk
+     * of the list can meet one half made: its cframe, set near the end, still NULL */
+    return __atomic_load_n(&ts->cframe, __ATOMIC_ACQUIRE) != NULL;
+#else
+    (void)ts;  /* 3.10 fills a state in before it links it, 3.12+ too (init, then add) */
+    return 1;
+#endif
+}
+
 #if PY_VERSION_HEX < 0x030B0000
 /* 3.10: the frame objects are the frames (a thread's innermost, with the GIL or frozen). */
 void *

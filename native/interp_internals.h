@@ -29,6 +29,8 @@ void flameprof_wake_main_thread(PyInterpreterState *interp, PyThreadState *main)
 unsigned long *flameprof_switch_interval_slot(PyInterpreterState *interp);
 #endif
 
+/* Whether CPython has finished making ``ts`` (a walk of the thread list can meet one it is making). */
+int flameprof_thread_made(PyThreadState *ts);
 /* A thread's frames, innermost first: 3.11+ interpreter frames, 3.10 frame objects. */
 void *flameprof_frame_first(PyThreadState *ts);
 void *flameprof_frame_next(void *frame);

@@ -517,7 +517,7 @@ walk_threads(Sampler *s, unsigned long exclude, PyThreadState *holder)
     int have_scopes = s->scopes != Py_None && PyDict_GET_SIZE(s->scopes) > 0;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL; ts = PyThreadState_Next(ts)) {
         unsigned long ident = ts->thread_id;
-        if (ident == exclude)
+        if (ident == exclude || !flameprof_thread_made(ts))
             continue;
         if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0)
             return -1;
@@ -898,7 +898,7 @@ flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigned lo
     double start = flameprof_monotonic();
     int known = 1;
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts != NULL && known; ts = PyThreadState_Next(ts)) {
-        if (ts->thread_id == exclude)
+        if (ts->thread_id == exclude || !flameprof_thread_made(ts))
             continue;
         if (GROW(s->walks, s->walks_cap, s->nwalks + 1) < 0) {
             known = 0;

@@ -417,6 +417,45 @@ def test_threads_starting_and_ending_while_sampling_at_high_rate():
     assert sampler.ticks > 0 and not sampler.running
 
 
+C_BORN_THREADS = """
+import ctypes, ctypes.util, time
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+START = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+born = 0
+@START
+def body(_):  # run by a pthread: ctypes takes the GIL for it with PyGILState_Ensure()
+    global born
+    born += 1
+libc.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, START, ctypes.c_void_p]
+libc.pthread_join.argtypes = [ctypes.c_ulong, ctypes.c_void_p]
+until = time.perf_counter() + 2.0
+while time.perf_counter() < until:
+    tids = [ctypes.c_ulong() for _ in range(8)]
+    for t in tids:
+        libc.pthread_create(ctypes.byref(t), None, body, None)
+    for t in tids:
+        libc.pthread_join(t.value, None)
+print(born)
+"""
+
+
+def test_threads_that_take_the_gil_from_c_while_sampling_at_high_rate(tmp_path):
+    """A thread that takes the GIL from C (a torch thread through pybind11, a ctypes callback) makes
+    its thread state without the GIL, and 3.11 links it into the list before it fills it in: the
+    sampler met one half made and crashed the program (a torchrun rank under ``flameprof run``)."""
+    script = tmp_path / "born.py"
+    script.write_text(C_BORN_THREADS)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "flameprof", "run", "-q", "--rate", "2000", "-o", str(out), str(script)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) > 1000, proc.stdout  # thousands of thread states made and dropped
+    from flameprof.model import storage
+
+    profile = storage.load(out / "profile.flameprof")
+    assert profile.num_samples > 1000, profile.num_samples  # about 4,000 ticks
+
+
 def test_stop_and_restart():
     sampler = CSampler(ProfileBuilder(), rate=500)
     sampler.start()
