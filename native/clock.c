@@ -416,12 +416,14 @@ clock_main(void *unused)
                     clk.lowered_to = gil_switch_interval(hooks_us);
                 }
                 int gc_was_enabled = PyGC_Disable();  /* no finalizers of the program here */
+                double hooks_start = flameprof_monotonic();
                 PyObject *r = PyObject_CallNoArgs(clk.on_slow);
                 if (r == NULL)
                     PyErr_Clear();
                 Py_XDECREF(r);
                 if (gc_was_enabled)
                     PyGC_Enable();
+                flameprof_sampler_unwatched(clk.sampler, flameprof_monotonic() - hooks_start);
                 give_back_switch_interval();
                 hooks_priority(1);
             }

@@ -38,7 +38,6 @@
 #define FLAG_PER_FRAME 2  /* the hook's result depends on the frame (its line): never cached */
 #define NO_CPU (-1.0)
 #define MAX_THREAD_INDEX 32767
-#define ROW_FRESH 0x8000    /* in a row's thread field: the thread's first sample (wall from the tick before) */
 
 /* A row's GIL state at its tick (model/records.py has the same values) */
 #define GIL_NOT_HELD 0      /* neither held it nor waited for it */
@@ -64,7 +63,6 @@ typedef struct {
     int32_t index;      /* the builder's thread index */
     clockid_t clock;
     int has_clock;
-    int fresh;          /* no row yet: its first wall time counts from the previous tick */
     double last_cpu;    /* NO_CPU when unreadable */
     double last_read;   /* when last_cpu was read */
     uint64_t seen;      /* tick number it was last seen in */
@@ -135,7 +133,8 @@ struct Sampler {
 
     /* the recorded rows */
     double *tick_time;
-    double *tick_prev;         /* the previous tick's time: where a thread's first sample starts */
+    double *tick_prev;         /* where the tick's rows start: the previous tick, later by what the
+                                * clock did not watch between them (flameprof_sampler_unwatched) */
     uint32_t *tick_rows;
     Py_ssize_t nticks, ttime_cap, tprev_cap, trows_cap;
     uint16_t *row_thread;
@@ -453,7 +452,6 @@ new_thread(Sampler *s, unsigned long ident, double now)
     t->has_clock = native_id > 0;
     /* glibc's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): a dead thread's clock fails with EINVAL */
     t->clock = (clockid_t)(((~(long)native_id) << 3) | 6);
-    t->fresh = 1;
     /* as first_cpu_baseline in collect/engine/python_sampler.py: a thread whose whole CPU time
      * fits in the interval may have started within it, and all of it is its first row's */
     t->last_cpu = read_cpu(t);
@@ -649,15 +647,13 @@ build_ids(Sampler *s, Walk *w, int python)
     return 0;
 }
 
-/* A row of the tick at ``tick``: the thread (with ROW_FRESH on its first), the stack and the CPU
- * time since its last row (filled in by settle_cpu(), now or within CPU_READ_PERIOD).
- * Its wall time is not stored: a thread alive in this tick was sampled in the previous one (else
- * it was forgotten and is fresh now), so the wall time is always the time since the previous tick. */
+/* A row of the tick at ``tick``: the thread, the stack and the CPU time since its last row (filled
+ * in by settle_cpu(), now or within CPU_READ_PERIOD). Its wall time is not stored: a thread alive
+ * in this tick was sampled in the previous one (else it was forgotten and is new now), so the
+ * wall time is always the time its tick stands for (tick_prev to tick). */
 static int
 append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now, uint8_t gil)
 {
-    uint16_t fresh = t->fresh ? ROW_FRESH : 0;
-    t->fresh = 0;
     if (gil == GIL_HELD)
         t->held_at = s->tick_count;
     if (t->index < 0 || t->index > MAX_THREAD_INDEX) {
@@ -668,7 +664,7 @@ append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now, uint8
     if (GROW(s->row_thread, s->rthread_cap, n) < 0 || GROW(s->row_stack, s->rstack_cap, n) < 0 ||
         GROW(s->row_cpu, s->rcpu_cap, n) < 0 || GROW(s->row_gil, s->rgil_cap, n) < 0)
         return -1;
-    s->row_thread[s->nrows] = (uint16_t)t->index | fresh;
+    s->row_thread[s->nrows] = (uint16_t)t->index;
     s->row_stack[s->nrows] = sid;
     s->row_cpu[s->nrows] = 0.0f;
     s->row_gil[s->nrows] = gil;
@@ -770,7 +766,8 @@ tick_time(Sampler *s, double tick, double now)
 }
 
 /* Close the tick whose rows start at ``first_row``: forget threads not seen in it (so a reused
- * ident starts afresh), and record it, or drop its rows when it ``failed``. 0 or -1 (failed). */
+ * ident starts afresh), and record it, or drop its rows when it ``failed`` (the time it stood for
+ * is then in no sample). 0 or -1 (failed). */
 static int
 end_tick(Sampler *s, Py_ssize_t first_row, double tick, double now, int failed)
 {
@@ -961,6 +958,20 @@ flameprof_sampler_mark_start(Sampler *s)
     s->last_tick = flameprof_monotonic();
 }
 
+/* The next sample stands for the time after the clock's own work (its tick hooks), not for that
+ * work too: the wall a sample weighs is the program's time since the previous tick, given to
+ * where the program is at this one, and a long run of the hooks (folding samples past the memory
+ * limit: tens of milliseconds) gave all of it to wherever the program was when the clock got back.
+ * Unwatched, that time is in no sample, which every stack misses alike. */
+void
+flameprof_sampler_unwatched(Sampler *s, double seconds)
+{
+    double now = flameprof_monotonic();
+    s->last_tick += seconds;
+    if (s->last_tick > now)
+        s->last_tick = now;
+}
+
 static PyObject *
 Sampler_mark_start(Sampler *s, PyObject *unused)
 {
@@ -1042,11 +1053,10 @@ Sampler_columns(Sampler *s, PyObject *args)
     double *out_wall = (double *)PyBytes_AS_STRING(wall);
     Py_ssize_t r = row0;
     for (Py_ssize_t k = first; k < first + limit; k++) {
-        double now = s->tick_time[k], previous = k > 0 ? s->tick_time[k - 1] : s->tick_prev[k];
+        double wall = s->tick_time[k] - s->tick_prev[k];
         for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++) {
-            uint16_t raw = s->row_thread[r];
-            out_thread[r - row0] = raw & (uint16_t)~ROW_FRESH;
-            out_wall[r - row0] = now - ((raw & ROW_FRESH) ? s->tick_prev[k] : previous);
+            out_thread[r - row0] = s->row_thread[r];
+            out_wall[r - row0] = wall;
         }
     }
     Py_ssize_t nticks = limit;
@@ -1092,15 +1102,15 @@ Sampler_part_column(Sampler *s, PyObject *args)
     int32_t *narrow = (int32_t *)PyBytes_AS_STRING(out);
     Py_ssize_t r = row0, o = 0;
     for (Py_ssize_t k = first; k < first + limit; k++) {
-        double now = s->tick_time[k], previous = k > 0 ? s->tick_time[k - 1] : s->tick_prev[k];
+        double now = s->tick_time[k];
         int64_t time_us = (int64_t)nearbyint((now - t0) * 1e6);
+        int64_t wall_us = (int64_t)nearbyint((now - s->tick_prev[k]) * 1e6);
         for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++, o++) {
-            uint16_t raw = s->row_thread[r];
             switch (which) {
             case 0: wide[o] = time_us; break;
-            case 1: narrow[o] = raw & (uint16_t)~ROW_FRESH; break;
+            case 1: narrow[o] = s->row_thread[r]; break;
             case 2: narrow[o] = s->row_stack[r]; break;
-            case 3: wide[o] = (int64_t)nearbyint((now - ((raw & ROW_FRESH) ? s->tick_prev[k] : previous)) * 1e6); break;
+            case 3: wide[o] = wall_us; break;
             default: wide[o] = (int64_t)nearbyint((double)s->row_cpu[r] * 1e6); break;
             }
         }
@@ -1144,8 +1154,7 @@ Sampler_discard(Sampler *s, PyObject *args)
     memmove(s->row_stack, s->row_stack + nrows, (size_t)keep_rows * sizeof(int32_t));
     memmove(s->row_cpu, s->row_cpu + nrows, (size_t)keep_rows * sizeof(float));
     memmove(s->row_gil, s->row_gil + nrows, (size_t)keep_rows);
-    /* the first kept tick's previous tick is gone: readers take that time from tick_prev, which
-     * end_tick set to it */
+    /* each kept tick keeps its start in tick_prev, though the tick before it is gone */
     s->nticks = keep_ticks;
     s->nrows = keep_rows;
     s->done_rows -= nrows;

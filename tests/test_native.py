@@ -146,8 +146,10 @@ def test_thread_identity_wall_and_cpu_match_the_python_semantics():
             assert 0.15 < profile.sample_wall[mask].sum() < 0.6
             assert profile.sample_cpu[mask].sum() < 0.05
             assert (profile.sample_time[mask] > 0).all()
+            # the time since its previous sample, less the tick hooks' runs (microseconds here)
             times, walls = profile.sample_time[mask], profile.sample_wall[mask]
-            assert abs(walls[1:] - (times[1:] - times[:-1])).max() < 1e-6  # time since its previous sample
+            unwatched = (times[1:] - times[:-1]) - walls[1:]
+            assert unwatched.min() > -1e-6 and unwatched.sum() < 0.002, unwatched
 
 
 def profile_a_thread(sampler, target, name: str, after: float = 0.0):
@@ -182,6 +184,40 @@ def test_a_thread_started_while_sampling_has_all_its_cpu_time_recorded(sampler_c
     profile, index = profile_a_thread(sampler_class(ProfileBuilder(), rate=20.0), work, "late", after=0.1)
     recorded = float(profile.sample_cpu[profile.sample_thread == index].sum())
     assert cpu["spun"] - 0.005 <= recorded <= cpu["spun"] + 0.02, (recorded, cpu)
+
+
+HOOK_RUN = 0.06  # seconds a run of the slow hook spins: past any wait for the GIL (5 ms slices)
+
+
+@pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
+def test_a_long_run_of_the_tick_hooks_is_in_no_sample(sampler_class):
+    """The tick hooks run on the sampler's thread, which takes no sample meanwhile: a long run of
+    them (folding samples past the memory limit) gave its whole length to the next sample,
+    wherever the program was by then. That time is now in no sample."""
+    spun = []
+
+    def slow_hook() -> None:  # a run every 200 ms, as the C clock runs its hooks
+        start = time.perf_counter()
+        if spun and start < spun[-1] + 0.2:
+            return
+        while time.perf_counter() < start + HOOK_RUN:
+            pass
+        spun.append(start)
+
+    def work() -> None:
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            sum(range(100))
+
+    sampler = sampler_class(ProfileBuilder(), rate=1000)
+    sampler.tick_hooks.append(slow_hook)
+    profile, index = profile_a_thread(sampler, work, "worker")
+    walls = profile.sample_wall[profile.sample_thread == index]
+    assert len(spun) >= 4
+    assert walls.max() < HOOK_RUN / 2, walls.max()  # never a whole run of the hooks
+    # the thread's samples cover its second less the runs in it (the last may come after it)
+    covered = (1.0 - HOOK_RUN * len(spun) - 0.02, 1.01 - HOOK_RUN * (len(spun) - 1))
+    assert covered[0] < walls.sum() < covered[1], (walls.sum(), covered)
 
 
 def spinning(seconds: float) -> None:

@@ -89,6 +89,12 @@ class PythonSampler(SamplerBase):
     def _mark_start(self) -> None:
         self._last_tick = time.perf_counter()
 
+    def _unwatched(self, seconds: float) -> None:
+        now = time.perf_counter()
+        self._last_tick = min(self._last_tick + seconds, now)
+        for state in self._threads.values():
+            state.last_wall = min(state.last_wall + seconds, now)
+
     def reset_after_fork(self) -> None:
         super().reset_after_fork()
         self._threads = {}

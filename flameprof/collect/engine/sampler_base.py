@@ -131,6 +131,11 @@ class SamplerBase:
         """The first sample's wall time counts from now."""
         raise NotImplementedError
 
+    def _unwatched(self, seconds: float) -> None:
+        """The sampler's thread watched nothing for ``seconds`` since its last sample (its tick hooks
+        ran): the next sample's wall time leaves them out (native/sampler.c says why)."""
+        raise NotImplementedError
+
     def reset_after_fork(self) -> None:
         """In a forked child: the parent's sampling thread does not exist here; forget it and its threads."""
         self._thread = None
@@ -195,7 +200,9 @@ class SamplerBase:
                 return
             try:
                 sample(exclude=ident)
+                hooks_start = clock()
                 self._run_tick_hooks()
+                self._unwatched(clock() - hooks_start)
             except Exception:  # never let a sampling bug reach the target
                 pass
             slot += interval
