@@ -133,10 +133,9 @@ struct Sampler {
 
     /* the recorded rows */
     double *tick_time;
-    double *tick_prev;         /* where the tick's rows start: the previous tick, later by what the
-                                * clock did not watch between them (flameprof_sampler_unwatched) */
+    double *tick_wall;         /* the wall time each of the tick's rows stands for */
     uint32_t *tick_rows;
-    Py_ssize_t nticks, ttime_cap, tprev_cap, trows_cap;
+    Py_ssize_t nticks, ttime_cap, twall_cap, trows_cap;
     uint16_t *row_thread;
     int32_t *row_stack;
     float *row_cpu;
@@ -145,6 +144,7 @@ struct Sampler {
     Py_ssize_t done_rows;      /* rows of completed ticks: what readers see */
 
     double last_tick;
+    double unwatched;          /* seconds the clock did not watch, still to be given to ticks */
     uint64_t tick_count;       /* samples taken (including ones that were empty) */
     double busy;
     uint64_t dropped;          /* rows lost: thread index beyond uint16 */
@@ -650,7 +650,7 @@ build_ids(Sampler *s, Walk *w, int python)
 /* A row of the tick at ``tick``: the thread, the stack and the CPU time since its last row (filled
  * in by settle_cpu(), now or within CPU_READ_PERIOD). Its wall time is not stored: a thread alive
  * in this tick was sampled in the previous one (else it was forgotten and is new now), so the
- * wall time is always the time its tick stands for (tick_prev to tick). */
+ * wall time is always the time its tick stands for (tick_wall). */
 static int
 append_row(Sampler *s, ThreadRec *t, int32_t sid, double tick, double now, uint8_t gil)
 {
@@ -785,10 +785,14 @@ end_tick(Sampler *s, Py_ssize_t first_row, double tick, double now, int failed)
     }
     s->nthreads = kept;
     if (!failed && GROW(s->tick_time, s->ttime_cap, s->nticks + 1) == 0 &&
-        GROW(s->tick_prev, s->tprev_cap, s->nticks + 1) == 0 &&
+        GROW(s->tick_wall, s->twall_cap, s->nticks + 1) == 0 &&
         GROW(s->tick_rows, s->trows_cap, s->nticks + 1) == 0) {
         s->tick_time[s->nticks] = tick;
-        s->tick_prev[s->nticks] = s->last_tick;
+        /* the time since the previous tick, and as much again at most of what the clock did not
+         * watch (flameprof_sampler_unwatched) */
+        double since = tick - s->last_tick, owed = s->unwatched < since ? s->unwatched : since;
+        s->tick_wall[s->nticks] = since + owed;
+        s->unwatched -= owed;
         s->tick_rows[s->nticks] = (uint32_t)(s->nrows - first_row);
         s->nticks++;
         s->done_rows = s->nrows;
@@ -956,20 +960,21 @@ void
 flameprof_sampler_mark_start(Sampler *s)
 {
     s->last_tick = flameprof_monotonic();
+    s->unwatched = 0.0;
 }
 
-/* The next sample stands for the time after the clock's own work (its tick hooks), not for that
- * work too: the wall a sample weighs is the program's time since the previous tick, given to
- * where the program is at this one, and a long run of the hooks (folding samples past the memory
- * limit: tens of milliseconds) gave all of it to wherever the program was when the clock got back.
- * Unwatched, that time is in no sample, which every stack misses alike. */
+/* The clock's own work (its tick hooks) is spread over the ticks after it: each takes as much
+ * again at most of its own interval, until it is all given. A sample weighs the program's time
+ * since the previous tick, given to where the program is at this one, and the next tick took
+ * all of it: a long run of the hooks (folding samples past the memory limit: tens of
+ * milliseconds; a few, waiting for the GIL) went to one stack, wherever the program was when the
+ * clock got back. The totals stay whole. */
 void
 flameprof_sampler_unwatched(Sampler *s, double seconds)
 {
-    double now = flameprof_monotonic();
-    s->last_tick += seconds;
-    if (s->last_tick > now)
-        s->last_tick = now;
+    double now = flameprof_monotonic(), start = s->last_tick;
+    s->last_tick = start + seconds < now ? start + seconds : now;
+    s->unwatched += s->last_tick - start;
 }
 
 static PyObject *
@@ -995,6 +1000,7 @@ Sampler_reset_threads(Sampler *s, PyObject *unused)
     flameprof_clock_after_fork();
     s->nthreads = 0;
     s->last_tick = flameprof_monotonic();
+    s->unwatched = 0.0;
     /* the fork may have cut a sample of the parent's clock thread (a Python callback let the forking
      * thread in): drop its rows and its reentrancy guard, or the child never samples */
     s->nrows = s->done_rows;
@@ -1053,7 +1059,7 @@ Sampler_columns(Sampler *s, PyObject *args)
     double *out_wall = (double *)PyBytes_AS_STRING(wall);
     Py_ssize_t r = row0;
     for (Py_ssize_t k = first; k < first + limit; k++) {
-        double wall = s->tick_time[k] - s->tick_prev[k];
+        double wall = s->tick_wall[k];
         for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++) {
             out_thread[r - row0] = s->row_thread[r];
             out_wall[r - row0] = wall;
@@ -1104,7 +1110,7 @@ Sampler_part_column(Sampler *s, PyObject *args)
     for (Py_ssize_t k = first; k < first + limit; k++) {
         double now = s->tick_time[k];
         int64_t time_us = (int64_t)nearbyint((now - t0) * 1e6);
-        int64_t wall_us = (int64_t)nearbyint((now - s->tick_prev[k]) * 1e6);
+        int64_t wall_us = (int64_t)nearbyint(s->tick_wall[k] * 1e6);
         for (uint32_t i = 0; i < s->tick_rows[k]; i++, r++, o++) {
             switch (which) {
             case 0: wide[o] = time_us; break;
@@ -1148,13 +1154,12 @@ Sampler_discard(Sampler *s, PyObject *args)
         return PyLong_FromLong(0);
     Py_ssize_t keep_ticks = s->nticks - limit, keep_rows = s->nrows - nrows;
     memmove(s->tick_time, s->tick_time + limit, (size_t)keep_ticks * sizeof(double));
-    memmove(s->tick_prev, s->tick_prev + limit, (size_t)keep_ticks * sizeof(double));
+    memmove(s->tick_wall, s->tick_wall + limit, (size_t)keep_ticks * sizeof(double));
     memmove(s->tick_rows, s->tick_rows + limit, (size_t)keep_ticks * sizeof(uint32_t));
     memmove(s->row_thread, s->row_thread + nrows, (size_t)keep_rows * sizeof(uint16_t));
     memmove(s->row_stack, s->row_stack + nrows, (size_t)keep_rows * sizeof(int32_t));
     memmove(s->row_cpu, s->row_cpu + nrows, (size_t)keep_rows * sizeof(float));
     memmove(s->row_gil, s->row_gil + nrows, (size_t)keep_rows);
-    /* each kept tick keeps its start in tick_prev, though the tick before it is gone */
     s->nticks = keep_ticks;
     s->nrows = keep_rows;
     s->done_rows -= nrows;
@@ -1175,7 +1180,7 @@ Sampler_get_dropped(Sampler *s, void *unused) { return PyLong_FromUnsignedLongLo
 static PyObject *
 Sampler_get_memory(Sampler *s, void *unused)
 {
-    size_t bytes = (size_t)s->arena_cap * 4 + (size_t)(s->ttime_cap + s->tprev_cap) * 8 + (size_t)s->trows_cap * 4 +
+    size_t bytes = (size_t)s->arena_cap * 4 + (size_t)(s->ttime_cap + s->twall_cap) * 8 + (size_t)s->trows_cap * 4 +
                    (size_t)s->rthread_cap * 2 + (size_t)(s->rstack_cap + s->rcpu_cap) * 4 + (size_t)s->rgil_cap +
                    (size_t)(s->codes.cap + s->stacks.cap + s->hook_cache.cap + s->object_frames.cap +
                             s->markers.cap) * sizeof(Entry);
@@ -1232,7 +1237,7 @@ Sampler_dealloc(Sampler *s)
     flameprof_map_clear(&s->markers);
     flameprof_map_clear(&s->stacks);
     void *bufs[] = {s->arena, s->threads, s->frames, s->walks, s->scope_items, s->ids, s->owners,
-                    s->tick_time, s->tick_prev, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu,
+                    s->tick_time, s->tick_wall, s->tick_rows, s->row_thread, s->row_stack, s->row_cpu,
                     s->row_gil};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);

@@ -22,7 +22,7 @@ int flameprof_take_frozen_sample(Sampler *s, PyInterpreterState *interp, unsigne
                                  const GilAtTick *gil);
 /* The previous-tick time is now (Sampler.mark_start). */
 void flameprof_sampler_mark_start(Sampler *s);
-/* The clock watched nothing for ``seconds`` since the previous tick (call with the GIL). */
+/* The clock watched nothing for ``seconds`` since the previous tick: the next ticks carry them (call with the GIL). */
 void flameprof_sampler_unwatched(Sampler *s, double seconds);
 
 #endif

@@ -13,6 +13,12 @@ speed of the simulation, so fold windows are in simulated-run seconds divided by
 ``threads`` runs 64 Python threads that count work units, plain, under ``flameprof run`` and
 under ``py-spy record``, interleaved; it prints each run's work per second next to the plain
 run's, and the growth of the target's RSS over the run (and py-spy's own, which is outside it).
+
+``accuracy`` runs flameprof.examples.budget_loop (1 ms of light and 3 ms of heavy work a step,
+beside 16 idle threads) under ``flameprof run --rate 2000 --max-memory 1M``, which folds samples
+all the while, and prints how far the profile's light share is from the loop's own timers:
+
+    python scripts/bench_memory.py accuracy --runs 5
 """
 
 from __future__ import annotations
@@ -207,6 +213,34 @@ def threads_bench(seconds: float, threads: int, rate: int, rounds: int) -> list[
     return lines
 
 
+def accuracy(runs: int, seconds: float) -> list[str]:
+    import json
+    import statistics
+
+    from flameprof.analyze.breakdown import analyze
+    from flameprof.examples import budget_loop
+    from flameprof.model import storage
+
+    lines, errors = [], []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="flameprof-bench-") as tmp:
+            argv = [sys.executable, "-m", "flameprof", "run", "-q", "--rate", "2000", "--max-memory", "1M"]
+            argv += ["-o", "out", budget_loop.__file__, str(seconds), "truth.json"]
+            env = {**os.environ, "PYTHONPATH": REPO}
+            subprocess.run(argv, cwd=tmp, env=env, check=True)
+            with open(os.path.join(tmp, "truth.json")) as fh:
+                truth = json.load(fh)
+            profile = storage.load(os.path.join(tmp, "out", "profile.flameprof"))
+            sampled = budget_loop.sampled_seconds(profile, analyze(profile).thread)
+        share = sampled["light"] / (sampled["light"] + sampled["heavy"])
+        errors.append(100 * (share - truth["light"] / (truth["light"] + truth["heavy"])))
+        folded = profile.meta.get("folded", {}).get("samples", 0)
+        lines.append(f"  run {run + 1}: light share {errors[-1]:+.2f} points off, {folded} samples folded")
+    mean, most = statistics.fmean(abs(e) for e in errors), max(abs(e) for e in errors)
+    lines.append(f"past the budget: light share off by {mean:.2f} points on average, {most:.2f} at most")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -218,9 +252,14 @@ def main() -> int:
     t.add_argument("--threads", type=int, default=64)
     t.add_argument("--rate", type=int, default=1000)
     t.add_argument("--rounds", type=int, default=1)
+    a = sub.add_parser("accuracy")
+    a.add_argument("--runs", type=int, default=5)
+    a.add_argument("--seconds", type=float, default=6.0)
     args = parser.parse_args()
     if args.what == "simulate":
         lines = simulate(args.hours, args.threads)
+    elif args.what == "accuracy":
+        lines = accuracy(args.runs, args.seconds)
     else:
         lines = threads_bench(args.seconds, args.threads, args.rate, args.rounds)
     print("\n".join(lines))

@@ -14,6 +14,7 @@ from conftest import REPO, run_flameprof
 from flameprof.analyze.breakdown import analyze
 from flameprof.collect.engine.counters import MAX_POINTS, CounterRecorder
 from flameprof.collect.engine.memory_limit import LIST_ROW_BYTES, RAW_SHARE, MemoryLimit
+from flameprof.examples import budget_loop
 from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.records import GIL_HELD, GIL_UNKNOWN, Frame, Mark
@@ -126,40 +127,12 @@ def test_counters_thin_their_older_half_and_keep_peaks():
     assert max(points["rss_bytes"][1]) == 2e9
 
 
-SELF_TIMED = """
-import json, sys, threading, time, flameprof
-stop = threading.Event()
-def idle():
-    while not stop.is_set():
-        time.sleep(0.01)
-helpers = [threading.Thread(target=idle) for _ in range(16)]  # rows: one per thread and tick
-for t in helpers:
-    t.start()
-spent = {"light": 0.0, "heavy": 0.0}
-def light():
-    end = time.perf_counter() + 0.001
-    while time.perf_counter() < end:
-        pass
-def heavy():
-    end = time.perf_counter() + 0.003
-    while time.perf_counter() < end:
-        pass
-steps, end = 0, time.perf_counter() + float(sys.argv[1])
-while time.perf_counter() < end:
-    t0 = time.perf_counter(); light(); t1 = time.perf_counter(); heavy(); t2 = time.perf_counter()
-    spent["light"] += t1 - t0; spent["heavy"] += t2 - t1
-    flameprof.step(); steps += 1
-stop.set()
-for t in helpers:
-    t.join()
-json.dump({"steps": steps, **spent}, open("truth.json", "w"))
-"""
-
-
 @pytest.mark.parametrize(("way", "native"), [("script", "1"), ("command", "1"), ("script", "0")])
 def test_a_run_past_its_budget_matches_the_programs_own_timers(tmp_path, way, native):
-    (tmp_path / "prog.py").write_text(SELF_TIMED)
-    target = ["prog.py", "6"] if way == "script" else ["--", sys.executable, "prog.py", "6"]
+    program = budget_loop.__file__
+    target = [program, "6", "truth.json"]
+    if way == "command":
+        target = ["--", sys.executable, "-m", "flameprof.examples.budget_loop", "6", "truth.json"]
     proc = run_flameprof(
         "run", "--rate", "2000", "--max-memory", "1M", "-o", "out", *target,
         cwd=tmp_path, env={"FLAMEPROF_NATIVE": native, "PYTHONPATH": REPO}, timeout=120,
@@ -172,15 +145,9 @@ def test_a_run_past_its_budget_matches_the_programs_own_timers(tmp_path, way, na
     analysis = analyze(profile)
     assert analysis.steps.count + analysis.steps.folded == truth["steps"] - 1
     assert analysis.steps.folded > 0
-    main = analysis.thread
-    names = {f: profile.frames[f].name for f in range(len(profile.frames))}
-    loop = profile.sample_thread == main
-    leaf = np.array([names[int(profile.stack_frame[s])] if s >= 0 else "" for s in profile.sample_stack])
-    sampled = {k: profile.sample_wall[loop & (leaf == k)].sum() for k in ("light", "heavy")}
-    share, true_share = (
-        sampled["light"] / (sampled["light"] + sampled["heavy"]),
-        truth["light"] / (truth["light"] + truth["heavy"]),
-    )
+    sampled = budget_loop.sampled_seconds(profile, analysis.thread)
+    share = sampled["light"] / (sampled["light"] + sampled["heavy"])
+    true_share = truth["light"] / (truth["light"] + truth["heavy"])
     # within 2 points, or 4 standard errors of the sample count when that is wider (the Python
     # sampler, starved by 17 threads, takes about 140 samples a second here)
     rate = profile.meta.get("achieved_rate") or profile.meta["rate"]  # a job's merged parts: the rate asked

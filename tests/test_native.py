@@ -146,10 +146,10 @@ def test_thread_identity_wall_and_cpu_match_the_python_semantics():
             assert 0.15 < profile.sample_wall[mask].sum() < 0.6
             assert profile.sample_cpu[mask].sum() < 0.05
             assert (profile.sample_time[mask] > 0).all()
-            # the time since its previous sample, less the tick hooks' runs (microseconds here)
+            # the time since its previous sample, the tick hooks' runs (microseconds here) moved on
             times, walls = profile.sample_time[mask], profile.sample_wall[mask]
-            unwatched = (times[1:] - times[:-1]) - walls[1:]
-            assert unwatched.min() > -1e-6 and unwatched.sum() < 0.002, unwatched
+            moved = walls[1:] - (times[1:] - times[:-1])
+            assert abs(moved).max() < 0.001 and abs(moved.sum()) < 0.001, moved
 
 
 def profile_a_thread(sampler, target, name: str, after: float = 0.0):
@@ -193,7 +193,7 @@ HOOK_RUN = 0.06  # seconds a run of the slow hook spins: past any wait for the G
 def test_a_long_run_of_the_tick_hooks_is_in_no_sample(sampler_class):
     """The tick hooks run on the sampler's thread, which takes no sample meanwhile: a long run of
     them (folding samples past the memory limit) gave its whole length to the next sample,
-    wherever the program was by then. That time is now in no sample."""
+    wherever the program was by then. The ticks after it now share that time."""
     spun = []
 
     def slow_hook() -> None:  # a run every 200 ms, as the C clock runs its hooks
@@ -215,9 +215,8 @@ def test_a_long_run_of_the_tick_hooks_is_in_no_sample(sampler_class):
     walls = profile.sample_wall[profile.sample_thread == index]
     assert len(spun) >= 4
     assert walls.max() < HOOK_RUN / 2, walls.max()  # never a whole run of the hooks
-    # the thread's samples cover its second less the runs in it (the last may come after it)
-    covered = (1.0 - HOOK_RUN * len(spun) - 0.02, 1.01 - HOOK_RUN * (len(spun) - 1))
-    assert covered[0] < walls.sum() < covered[1], (walls.sum(), covered)
+    # the thread's samples cover its second (a run near its end is given to the threads after it)
+    assert 1.0 - HOOK_RUN - 0.02 < walls.sum() < 1.02, walls.sum()
 
 
 def spinning(seconds: float) -> None:

@@ -82,16 +82,19 @@ class PythonSampler(SamplerBase):
         self._stack_ids: dict[tuple, int] = {}
         self._threads: dict[int, _ThreadState] = {}
         self._last_tick = self.t0
+        self._unwatched = 0.0  # seconds the thread did not watch, still to be given to samples
 
     def _tables_changed(self) -> None:
         self._code_ids = {}
 
     def _mark_start(self) -> None:
         self._last_tick = time.perf_counter()
+        self._unwatched = 0.0
 
-    def _unwatched(self, seconds: float) -> None:
+    def _not_watched(self, seconds: float) -> None:
         now = time.perf_counter()
-        self._last_tick = min(self._last_tick + seconds, now)
+        start, self._last_tick = self._last_tick, min(self._last_tick + seconds, now)
+        self._unwatched += self._last_tick - start
         for state in self._threads.values():
             state.last_wall = min(state.last_wall + seconds, now)
 
@@ -99,6 +102,7 @@ class PythonSampler(SamplerBase):
         super().reset_after_fork()
         self._threads = {}
         self._last_tick = time.perf_counter()
+        self._unwatched = 0.0
 
     # -- sampling ------------------------------------------------------------------------
     def _code_id(self, code) -> int:
@@ -127,6 +131,7 @@ class PythonSampler(SamplerBase):
         states = self._threads
         now = time.perf_counter()
         rel = now - self.t0
+        owed = min(self._unwatched, now - self._last_tick)  # as the C sampler's end_tick()
         for ident, frame in frames.items():
             if ident == exclude:
                 continue
@@ -173,12 +178,13 @@ class PythonSampler(SamplerBase):
                 sid = stack_ids[key] = builder.stack_id(ids)
             cpu_now = read_cpu(state.clock)
             cpu = (cpu_now - state.last_cpu) if (cpu_now is not None and state.last_cpu is not None) else 0.0
-            builder.add_sample(rel, state.index, sid, now - state.last_wall, max(cpu, 0.0))
+            builder.add_sample(rel, state.index, sid, now - state.last_wall + owed, max(cpu, 0.0))
             state.last_wall = now
             state.last_cpu = cpu_now
         for ident in [i for i in states if i not in frames]:
             del states[ident]
         self._last_tick = now
+        self._unwatched -= owed
         self.ticks += 1
         self.busy += time.perf_counter() - start
 

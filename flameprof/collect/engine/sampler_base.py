@@ -131,9 +131,10 @@ class SamplerBase:
         """The first sample's wall time counts from now."""
         raise NotImplementedError
 
-    def _unwatched(self, seconds: float) -> None:
+    def _not_watched(self, seconds: float) -> None:
         """The sampler's thread watched nothing for ``seconds`` since its last sample (its tick hooks
-        ran): the next sample's wall time leaves them out (native/sampler.c says why)."""
+        ran): the next samples carry them, each at most its own interval again
+        (flameprof_sampler_unwatched in native/sampler.c says why)."""
         raise NotImplementedError
 
     def reset_after_fork(self) -> None:
@@ -202,7 +203,7 @@ class SamplerBase:
                 sample(exclude=ident)
                 hooks_start = clock()
                 self._run_tick_hooks()
-                self._unwatched(clock() - hooks_start)
+                self._not_watched(clock() - hooks_start)
             except Exception:  # never let a sampling bug reach the target
                 pass
             slot += interval
