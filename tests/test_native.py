@@ -190,7 +190,7 @@ HOOK_RUN = 0.06  # seconds a run of the slow hook spins: past any wait for the G
 
 
 @pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
-def test_a_long_run_of_the_tick_hooks_is_in_no_sample(sampler_class):
+def test_a_long_run_of_the_tick_hooks_is_shared_by_the_ticks_after_it(sampler_class):
     """The tick hooks run on the sampler's thread, which takes no sample meanwhile: a long run of
     them (folding samples past the memory limit) gave its whole length to the next sample,
     wherever the program was by then. The ticks after it now share that time."""
