@@ -20,6 +20,7 @@ from flameprof.collect.engine.c_sampler import CSampler
 from flameprof.collect.engine.choose_sampler import make_sampler
 from flameprof.collect.engine.interning import MAX_DEPTH
 from flameprof.collect.engine.python_sampler import PythonSampler
+from flameprof.model import storage
 from flameprof.model.builder import ProfileBuilder
 from flameprof.model.records import GIL_HELD, GIL_NOT_HELD, Frame
 from flameprof.model.validate import check_profile
@@ -485,8 +486,6 @@ def test_threads_that_take_the_gil_from_c_while_sampling_at_high_rate(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout) > 1000, proc.stdout  # thousands of thread states made and dropped
-    from flameprof.model import storage
-
     profile = storage.load(out / "profile.flameprof")
     assert profile.num_samples > 1000, profile.num_samples  # about 4,000 ticks
 

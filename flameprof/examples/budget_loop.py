@@ -1,5 +1,5 @@
-"""A loop of light (1 ms) and heavy (3 ms) Python work beside 16 mostly idle threads, which times
-both itself: run past a small ``--max-memory`` (many rows a tick), the profile folds its oldest
+"""A loop of light (1 ms) and heavy (3 ms) Python work beside 16 mostly idle threads, timing both
+parts itself: run past a small ``--max-memory`` (many rows a tick), the profile folds its oldest
 samples while the loop runs, and its shares are checked against the loop's own timers
 (tests/test_memory_limit.py, ``scripts/bench_memory.py accuracy``):
 
