@@ -4,9 +4,9 @@
  * A Scanner is fed the bytes of the ``traceEvents`` array a buffer at a time. It reads as many
  * whole elements as the buffer holds, validating them as JSON (strings with their escapes and
  * UTF-8, numbers, literals, nesting), and keeps of each op, kernel, copy, fill, runtime call and
- * memory event one row of columns: no Python object per event. Names and the ``Input Dims`` and
- * ``Concrete Inputs`` values are interned as the bytes the file spells them with; Python decodes
- * each distinct one once.
+ * memory event one row of columns: no Python object per event. Names and the ``Input Dims``,
+ * ``Concrete Inputs`` and ``Input type`` values are interned as the bytes the file spells them with;
+ * Python decodes each distinct one once.
  *
  * The Scanner takes only what it reads exactly as the Python reader does: an element that is not
  * an object, a field of an event it keeps with an unusual type (a string pid, a float correlation,
@@ -375,11 +375,11 @@ skip_value(uc *p, uc *end, uc **out, int depth)
 
 enum { T_ABSENT = 0, T_STRING, T_INT, T_FLOAT, T_OBJECT, T_OTHER };
 enum { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ARGS, A_CORRELATION, A_EXTERNAL, A_SEQUENCE,
-       A_DEVICE, A_STREAM, A_BYTES, A_DIMS, A_CONCRETE, A_MEM_BYTES, A_TOTAL, A_DEVICE_TYPE, A_DEVICE_ID,
+       A_DEVICE, A_STREAM, A_BYTES, A_DIMS, A_CONCRETE, A_TYPES, A_MEM_BYTES, A_TOTAL, A_DEVICE_TYPE, A_DEVICE_ID,
        N_FIELDS };
 static const char *const FIELD_NAMES[N_FIELDS] = {
     "ph", "cat", "name", "ts", "dur", "pid", "tid", "args", "correlation", "External id", "Sequence number",
-    "device", "stream", "bytes", "Input Dims", "Concrete Inputs", "Bytes", "Total Allocated", "Device Type",
+    "device", "stream", "bytes", "Input Dims", "Concrete Inputs", "Input type", "Bytes", "Total Allocated", "Device Type",
     "Device Id",
 };
 
@@ -542,7 +542,7 @@ float_of(const Field *f)
 
 typedef struct {
     int8_t kind;
-    int32_t name, dims, concrete;
+    int32_t name, dims, concrete, types;
     double ts, dur, x;
     int64_t a, b, c, d;
 } Row;
@@ -551,7 +551,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    Buffer kind, name, ts, dur, a, b, c, d, x, dims, concrete;
+    Buffer kind, name, ts, dur, a, b, c, d, x, dims, concrete, types;
     Table names, values;
     Py_ssize_t elements, rows;
     int n_categories;
@@ -559,13 +559,13 @@ typedef struct {
     int8_t category_kind[N_CATEGORIES];
 } Scanner;
 
-#define N_COLUMNS 11
+#define N_COLUMNS 12
 
 static Buffer *
 column(Scanner *s, int i)
 {
     Buffer *columns[N_COLUMNS] = {&s->kind, &s->name, &s->ts, &s->dur, &s->a, &s->b,
-                                  &s->c, &s->d, &s->x, &s->dims, &s->concrete};
+                                  &s->c, &s->d, &s->x, &s->dims, &s->concrete, &s->types};
     return columns[i];
 }
 
@@ -632,7 +632,7 @@ resolve(Scanner *s, Field *fields, Row *row, int *keep)
         row->dur = total;
         row->c = device_type == 0 ? -1 : device_id;
         row->d = 0;
-        row->name = row->dims = row->concrete = -1;
+        row->name = row->dims = row->concrete = row->types = -1;
         *keep = 1;
         return OK;
     }
@@ -670,7 +670,7 @@ resolve(Scanner *s, Field *fields, Row *row, int *keep)
     row->name = table_id(&s->names, (const char *)name->start + 1, (size_t)(name->end - name->start) - 2);
     if (row->name < 0)
         return -1;
-    row->dims = row->concrete = -1;
+    row->dims = row->concrete = row->types = -1;
     row->x = 0.0;
     if (kind == KIND_KERNEL || kind == KIND_MEMCPY || kind == KIND_MEMSET) {
         int64_t pid, tid;
@@ -689,15 +689,17 @@ resolve(Scanner *s, Field *fields, Row *row, int *keep)
             correlation = &fields[A_EXTERNAL];
         if (!int_field(correlation, -1, &row->d))
             return SLOW;
-        for (int i = 0; i < 2; i++) {
-            const Field *f = &fields[i ? A_CONCRETE : A_DIMS];
+        static const int INPUTS[3] = {A_DIMS, A_CONCRETE, A_TYPES};
+        int32_t *ids[3] = {&row->dims, &row->concrete, &row->types};
+        for (int i = 0; i < 3; i++) {
+            const Field *f = &fields[INPUTS[i]];
             int32_t id = -1;
             if (f->type != T_ABSENT) {
                 id = table_id(&s->values, (const char *)f->start, (size_t)(f->end - f->start));
                 if (id < 0)
                     return -1;
             }
-            *(i ? &row->concrete : &row->dims) = id;
+            *ids[i] = id;
         }
     }
     *keep = 1;
@@ -725,7 +727,7 @@ commit(Scanner *s, const Row *row)
         || append(&s->ts, &row->ts, 8) < 0 || append(&s->dur, &row->dur, 8) < 0 || append(&s->a, &row->a, 8) < 0
         || append(&s->b, &row->b, 8) < 0 || append(&s->c, &row->c, 8) < 0 || append(&s->d, &row->d, 8) < 0
         || append(&s->x, &row->x, 8) < 0 || append(&s->dims, &row->dims, 4) < 0
-        || append(&s->concrete, &row->concrete, 4) < 0)
+        || append(&s->concrete, &row->concrete, 4) < 0 || append(&s->types, &row->types, 4) < 0)
         return -1;
     s->rows++;
     return 0;
@@ -907,7 +909,7 @@ static PyMethodDef Scanner_methods[] = {
      "buffer ends inside an element (pos at its start), 2: Python must read the element at pos, 3: pos is "
      "past the array's ']'"},
     {"take", (PyCFunction)Scanner_take, METH_O,
-     "take(i) -> buffer: column i (kind, name, ts, dur, a, b, c, d, x, dims, concrete), handed over"},
+     "take(i) -> buffer: column i (kind, name, ts, dur, a, b, c, d, x, dims, concrete, types), handed over"},
     {"counts", (PyCFunction)Scanner_counts, METH_NOARGS, "counts() -> (elements read, rows kept)"},
     {"strings", (PyCFunction)Scanner_strings, METH_NOARGS,
      "strings() -> (names, values): the interned bytes, as spelled in the file, dropped here"},

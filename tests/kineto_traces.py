@@ -92,7 +92,15 @@ def gpu_step() -> dict:
     ]
     return {
         "schemaVersion": 1,
-        "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85000000000}],
+        "deviceProperties": [
+            {
+                "id": 0,
+                "name": "NVIDIA H100",
+                "totalGlobalMem": 85000000000,
+                "computeMajor": 9,
+                "computeMinor": 0,
+            }
+        ],
         "baseTimeNanoseconds": BASE_NS,
         "traceEvents": events,
     }

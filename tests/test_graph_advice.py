@@ -8,11 +8,12 @@ import json
 
 import pytest
 import torch
-from kineto_traces import _x
+from kineto_traces import _kernel, _x
 from test_report import MODULE, TORCH
 from torch import nn
 
 import flameprof
+from flameprof.analyze.precision_advice import misaligned
 from flameprof.analyze.report import report_of
 from flameprof.collect.importers.load import load_bytes
 from flameprof.examples.resnet import ResNetish
@@ -88,12 +89,14 @@ def test_dropout_in_a_loop_without_backward():
     assert "dropout_at_inference" not in kinds(_loop({"Net.fc (Linear)": 0.1, "Net.drop (Dropout)": 0.0005}))
 
 
-def _window(ops: list[tuple[str, str, float]]) -> dict:
-    """A traced step of host ops, each ``(layer, op, microseconds)`` inside its layer's annotation."""
+def _window(ops: list[tuple[str, str, float]], dtype: str | None = None) -> dict:
+    """A traced step of host ops, each ``(layer, op, microseconds)`` inside its layer's annotation,
+    their inputs of ``dtype`` (none recorded: None)."""
     events, t = [_x("user_annotation", "ProfilerStep#0", 0, 1000)], 10.0
+    inputs = {"Input Dims": [[8, 256]], **({"Input type": [dtype]} if dtype else {})}
     for layer, op, dur in ops:
         events.append(_x("user_annotation", f"flameprof.layer: {layer}", t, dur + 2))
-        events.append(_x("cpu_op", op, t + 1, dur, **{"Input Dims": [[8, 256]]}))
+        events.append(_x("cpu_op", op, t + 1, dur, **inputs))
         t += dur + 10
     return {"schemaVersion": 1, "traceEvents": events}
 
@@ -111,7 +114,13 @@ def test_copies_and_out_of_place_activations_in_the_traced_window():
     assert copies.layers == ["Net.fc (Linear)"] and copies.seconds == pytest.approx(150e-6)
     inplace = found["inplace_activation"]
     assert inplace.layers == ["Net.act (ReLU)"] and inplace.saving == 0.0
-    assert inplace.saving_bytes == 4 * 8 * 256
+    assert inplace.saving_bytes == 4 * 8 * 256  # no dtype recorded: 4 bytes an element
+    half = kinds(
+        load_bytes(
+            json.dumps(_window([("Net.act (ReLU)", "aten::relu", 50)], "c10::BFloat16")).encode(), "t.json"
+        )
+    )
+    assert half["inplace_activation"].saving_bytes == 2 * 8 * 256
     clean = _window([("Net.fc (Linear)", "aten::addmm", 400), ("Net.act (ReLU)", "aten::relu_", 50)])
     assert not {"copies_in_step", "inplace_activation"} & set(
         kinds(load_bytes(json.dumps(clean).encode(), "t.json"))
@@ -134,3 +143,68 @@ def test_check_folding_folds_a_copy_and_leaves_the_model_alone():
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="training mode"):
         flameprof.check_folding(model.train(), x)
+
+
+HALF2 = ["c10::Half", "c10::Half"]
+FLOAT2 = ["float", "float"]
+
+
+def _gpu_window(
+    ops: list[tuple[str, str, list, list, float]], major: int | None = 9, kernels: bool = True
+) -> dict:
+    """A traced step on a GPU of compute capability ``major`` (None: no ``deviceProperties``): each op
+    ``(layer, op, input dims, input dtypes, kernel microseconds)`` launches one kernel."""
+    events, t = [], 10.0
+    for k, (layer, op, dims, types, kernel) in enumerate(ops):
+        events.append(_x("user_annotation", f"flameprof.layer: {layer}", t, 30))
+        events.append(_x("cpu_op", op, t + 1, 20, **{"Input Dims": dims, "Input type": types}))
+        if kernels:
+            events.append(_x("cuda_runtime", "cudaLaunchKernel", t + 5, 5, correlation=k + 1))
+            events.append(_kernel("kernel", f"gemm_{k}", t + 40, kernel, k + 1))
+        t += 40 + kernel
+    events.insert(0, _x("user_annotation", "ProfilerStep#0", 0, t + 10))
+    doc: dict = {"schemaVersion": 1, "traceEvents": events}
+    if major is not None:
+        doc["deviceProperties"] = [{"id": 0, "name": "GPU", "computeMajor": major, "computeMinor": 0}]
+    return doc
+
+
+def _gpu_advice(*args, **kwargs) -> dict[str, object]:
+    return kinds(load_bytes(json.dumps(_gpu_window(*args, **kwargs)).encode(), "gpu.json"))
+
+
+def test_misaligned_dimensions_of_matmuls_and_convolutions():
+    assert misaligned("aten::mm", "[[64,50],[50,64]]") == {"K": 50}
+    assert misaligned("aten::addmm", "[[60],[12,64],[64,60]]") == {"M": 12, "N": 60}
+    assert misaligned("aten::bmm", "[[4,64,64],[4,64,64]]") == {}
+    assert misaligned("aten::convolution", "[[8,3,32,32],[16,3,3,3],[16],[1,1],[0,0]]") == {"in channels": 3}
+    assert misaligned("aten::relu", "[[64,50]]") == {} and misaligned("aten::mm", "") == {}
+
+
+def test_half_precision_matmuls_whose_shapes_tensor_cores_do_not_take_whole():
+    aligned = ("Net.body (Linear)", "aten::mm", [[64, 64], [64, 64]], HALF2, 100)
+    head = ("Net.head (Linear)", "aten::mm", [[64, 50], [50, 64]], HALF2, 200)
+    advice = _gpu_advice([aligned, head])["tensor_core_shapes"]
+    assert advice.layers == ["Net.head (Linear)"] and advice.seconds == pytest.approx(200e-6)
+    # measured against the aligned matmul's rate: 2*64*64*64 FLOPs in 100 us; the head's 2*64*50*64
+    # would take 78.125 us at that rate
+    assert advice.saving == pytest.approx(200e-6 - 78.125e-6)
+    assert "K 50 (pad to 56)" in advice.text
+    # with no aligned matmul to compare, half its time is assumed (and said)
+    alone = _gpu_advice([head])["tensor_core_shapes"]
+    assert alone.saving == pytest.approx(100e-6) and "assumed half" in alone.text
+    # not for aligned shapes, fp32 (no tensor-core premise for these dims), or a CPU window
+    assert "tensor_core_shapes" not in _gpu_advice([aligned, aligned])
+    assert "tensor_core_shapes" not in _gpu_advice([(*head[:3], FLOAT2, 200)])
+    assert "tensor_core_shapes" not in _gpu_advice([aligned, head], kernels=False)
+
+
+def test_fp32_matmuls_on_a_gpu_that_runs_bf16():
+    fp32 = ("Net.fc (Linear)", "aten::mm", [[64, 64], [64, 64]], FLOAT2, 300)
+    advice = _gpu_advice([fp32], major=8)["bf16_matmuls"]
+    assert advice.layers == ["Net.fc (Linear)"] and advice.seconds == pytest.approx(300e-6)
+    assert advice.saving == pytest.approx(150e-6) and "compute capability 8.0" in advice.text
+    # not before Ampere, not where the trace does not say, not for matmuls in half precision already
+    assert "bf16_matmuls" not in _gpu_advice([fp32], major=7)
+    assert "bf16_matmuls" not in _gpu_advice([fp32], major=None)
+    assert "bf16_matmuls" not in _gpu_advice([(*fp32[:3], HALF2, 300)], major=9)

@@ -156,6 +156,40 @@ def test_flameprof_file_keeps_the_trace(tmp_path):
     assert ops_report(again) == ops_report(profile)
 
 
+def test_the_ops_dtypes_and_the_devices_are_kept_and_an_older_file_reads_without_them():
+    doc = gpu_step()
+    doc["traceEvents"][8]["args"]["Input type"] = ["c10::Half", "c10::Half", "c10::Half", "Scalar", "Scalar"]
+    doc["deviceProperties"].append({"id": 1, "computeMajor": "x"})  # no name, an unreadable capability
+    doc["deviceProperties"].append({"id": "2", "name": "no integer id: left out"})
+    profile = load_bytes(json.dumps(doc).encode(), "gpu.json")
+    trace = profile.trace
+    assert trace.devices == {0: ("NVIDIA H100", 9, 0), 1: ("", -1, -1)}
+    addmm = trace.names.index("aten::addmm")
+    types = trace.events["types"][trace.events["name"] == addmm]
+    assert [trace.name_of(t) for t in types] == ['["c10::Half","c10::Half","c10::Half","Scalar","Scalar"]']
+    data = storage.dumps(profile)
+    again = storage.loads(data)
+    np.testing.assert_array_equal(again.trace.events["types"], trace.events["types"])
+    assert again.trace.devices == trace.devices
+    # a file written before dtypes and devices were kept: its ops' dtypes are none
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        head = json.loads(z.read("trace.json"))
+        members = {i.filename: z.read(i) for i in z.infolist() if i.filename != "trace_events_types.npy"}
+    del head["devices"]
+    members["trace.json"] = json.dumps(head).encode()
+    old = io.BytesIO()
+    with zipfile.ZipFile(old, "w") as z:
+        for name, content in members.items():
+            z.writestr(name, content)
+    before = storage.loads(old.getvalue())
+    assert (before.trace.events["types"] == -1).all() and before.trace.devices == {}
+    np.testing.assert_array_equal(before.trace.events["shapes"], trace.events["shapes"])
+    head["devices"] = [[0, "H100", "9", 0]]
+    bad = _rewritten(data, {"trace.json": json.dumps(head).encode()})
+    with pytest.raises(FlameprofError, match="devices"):
+        storage.loads(bad)
+
+
 def _rewritten(data: bytes, members: dict[str, bytes]) -> bytes:
     """A .flameprof file's bytes with some members replaced."""
     out = io.BytesIO()

@@ -84,8 +84,25 @@ ODD = [
         "tid": 1,
         "ts": 120,
         "dur": 4,
-        "args": {"Input Dims": [[16], [8, 32], [32, 16], [], []], "Concrete Inputs": ["", "", "", "1", "1"]},
+        "args": {
+            "Input Dims": [[16], [8, 32], [32, 16], [], []],
+            "Concrete Inputs": ["", "", "", "1", "1"],
+            "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar"],
+        },
     },
+    # dtypes Python reads (a string pid), and dtypes that are not a list of strings: none kept
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "aten::mm",
+        "pid": "7",
+        "tid": 1,
+        "ts": 121,
+        "dur": 1,
+        "args": {"Input Dims": [[8, 8], [8, 8]], "Input type": ["c10::Half", "c10::Half"]},
+    },
+    _x("aten::mm", 122, 1, **{"Input Dims": [[8, 8], [8, 8]], "Input type": "float"}),
+    _x("aten::mm", 123, 1, **{"Input type": ["float", 3]}),
     {"ph": "X", "cat": "cpu_op", "name": "", "pid": 7, "tid": 1, "ts": 130, "dur": 1},
     {
         "ph": "X",
@@ -192,6 +209,13 @@ def test_the_scanner_reads_as_python_does_wherever_the_buffers_cut(monkeypatch, 
     assert {"12345", "caf\u00e9 \u2603 \U0001f600", 'quote " brace }, bracket ] [ {"ph": "X"}', ""} <= names
     assert "Linear_0" in names and not any(n.startswith("frame.py") for n in names)
     assert "[[16],[8,32],[32,16],[],[]]" in names
+    trace = expected.trace
+    typed = trace.events["types"] >= 0  # "float" and ["float", 3] are no dtypes
+    assert {trace.names[n] for n in trace.events["types"][typed]} == {
+        '["c10::BFloat16","c10::BFloat16","c10::BFloat16","Scalar","Scalar"]',
+        '["c10::Half","c10::Half"]',
+    }
+    assert {trace.names[n] for n in trace.events["name"][typed]} == {"aten::addmm", "aten::mm"}
     for chunk in (1 << 20, 4096, 97, 7):
         _same(_read(data, monkeypatch, chunk, c=True), expected)
 

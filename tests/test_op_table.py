@@ -36,6 +36,23 @@ def test_device_time_goes_to_the_op_that_launched_it(trace):
     assert rows["aten::addmm"].output_shapes == "[8, 16]" and rows["aten::addmm"].layer == "Net.0 (Linear)"
 
 
+def test_bytes_follow_the_dtypes_a_real_trace_records(tmp_path):
+    """torch.profiler on this CPU: a bf16 matmul moves 2 bytes an element, a float64 add 8, an int64
+    add 8 (``long int``)."""
+    import torch
+
+    a, d, i = torch.ones(8, 16, dtype=torch.bfloat16), torch.ones(3, 5, dtype=torch.float64), torch.arange(6)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        torch.mm(a, a.t())
+        torch.add(d, d)
+        torch.add(i, i)
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    rows = {r.key: r for r in op_table(load_bytes(path.read_bytes(), str(path)).trace).rows}
+    assert rows["aten::mm"].bytes == 2 * (8 * 16 + 16 * 8 + 8 * 8)
+    assert rows["aten::add"].bytes == 8 * 3 * (3 * 5) + 8 * 3 * 6
+
+
 def test_rows_by_layer_and_type_count_each_moment_once(trace):
     layers = {r.key: r for r in op_table(trace, "layer").rows}
     assert layers["Net.0 (Linear)"].self == pytest.approx(300e-6)

@@ -11,7 +11,7 @@ turned profiles into changes.
   window): layout changes and dtype conversions each step, whose time a different layout or dtype
   upstream saves;
 - ``inplace_activation``: out-of-place ReLU-like ops in the traced window: in place, each saves its
-  output's allocation (bytes from the input shapes, at 4 bytes an element).
+  output's allocation (bytes from the input's shape and dtype).
 
 Each names its layers and the time they cost per steady-state step, which is also the estimated
 saving (none of it is left once the change is made), except in-place activations, which save
@@ -21,7 +21,6 @@ trains).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import numpy as np
 from ..model.phase_names import LEAF_PHASES, PHASES
 from ..model.trace import OP
 from .breakdown import Analysis
+from .op_table import first_input_bytes
 from .ops import op_times, sums_by, window_seconds
 
 MIN_SHARE = 0.01  # advice about less than this share of a step's time is left out
@@ -43,7 +43,8 @@ _ACTIVATIONS = ("aten::relu", "aten::relu6", "aten::hardtanh", "aten::leaky_relu
 
 @dataclass(frozen=True)
 class GraphAdvice:
-    kind: str  # fold_batchnorm, dropout_at_inference, copies_in_step, inplace_activation
+    kind: str  # fold_batchnorm, dropout_at_inference, copies_in_step, inplace_activation (and
+    # precision_advice's tensor_core_shapes, bf16_matmuls)
     layers: list[str]
     seconds: float  # what they cost per steady-state step
     saving: float  # the estimated saving per step (seconds)
@@ -133,16 +134,6 @@ def _structural(analysis: Analysis, names: list[str], per_step: np.ndarray, step
     return out
 
 
-def _elements(shapes: str) -> float:
-    """Elements of the first input of an op's ``Input Dims`` text (``[[8, 32], [32, 16]]``)."""
-    try:
-        dims = json.loads(shapes)
-    except ValueError:
-        return 0.0
-    first = dims[0] if isinstance(dims, list) and dims else []
-    return float(np.prod(first)) if isinstance(first, list) and first else 0.0
-
-
 def _traced(analysis: Analysis) -> list[GraphAdvice]:
     """Copies and out-of-place activations inside the steps of the traced window (shares of its
     traced step)."""
@@ -162,11 +153,13 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
     copying = np.isin(name, copy_ids)
     copies = sums_by(ev["layer"][ops[copying]], self_time[ops[copying]] / steps, layer_name)
     acting = ops[np.isin(name, activation_ids)]
-    shapes, shape_of = np.unique(ev["shapes"][acting], return_inverse=True)
-    # an output as large as the first input, at 4 bytes an element
-    size = np.array([4 * _elements(text) if (text := trace.name_of(k)) else 0.0 for k in shapes.tolist()])
+    inputs, input_of = np.unique(
+        np.stack([ev["shapes"][acting], ev["types"][acting]]), axis=1, return_inverse=True
+    )
+    # an output as large as the first input
+    size = np.array([first_input_bytes(trace.name_of(a), trace.name_of(b)) for a, b in inputs.T.tolist()])
     activation_s = sums_by(ev["layer"][acting], self_time[acting] / steps, layer_name)
-    per_op = size[shape_of.reshape(-1)] / steps if len(acting) else size
+    per_op = size[input_of.reshape(-1)] / steps if len(acting) else size
     activation_bytes = sums_by(ev["layer"][acting], per_op, layer_name)
     activations = {layer: [activation_s[layer], activation_bytes[layer]] for layer in activation_s}
     out = []
@@ -199,8 +192,7 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
                 saved,
                 f"{len(layers)} layer(s) run activations out of place ({_ms(act_s)} a traced step), "
                 f"most in {', '.join(layers[:3])}: inplace=True (where the input is not needed for "
-                f"backward) saves an allocation of about {saved / 1e6:.1f} MB a step (at 4 bytes an "
-                "element), not time",
+                f"backward) saves an allocation of about {saved / 1e6:.1f} MB a step, not time",
             )
         )
     return out

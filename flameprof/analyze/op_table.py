@@ -53,7 +53,7 @@ _TYPES = (
     ),
 )
 _DTYPE_BYTES = {
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4,
     "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
 }  # fmt: skip
 _SAME_SHAPE = ("activation", "normalization", "elementwise", "copy")
@@ -97,7 +97,8 @@ def op_type(name: str) -> str:
     return "other"
 
 
-def _parse(text: str) -> list[Any]:
+def parse_list(text: str) -> list[Any]:
+    """A recorded JSON list (shapes, dtypes), or [] where the text is none or not one."""
     try:
         value = json.loads(text) if text else []
     except ValueError:
@@ -135,13 +136,23 @@ def _elements(dims: object) -> float:
     return sum(_elements(d) for d in dims if isinstance(d, list))
 
 
+def _sizes(types: str) -> list[int]:
+    """Bytes an element of each input (4 where its dtype is unknown)."""
+    return [_DTYPE_BYTES.get(t, 4) if isinstance(t, str) else 4 for t in parse_list(types)] or [4]
+
+
+def first_input_bytes(shapes: str, types: str) -> float:
+    """Bytes of an op's first input (as large as the output of an elementwise op)."""
+    dims = parse_list(shapes)
+    return _elements(dims[0]) * _sizes(types)[0] if dims else 0.0
+
+
 def _bytes(name: str, shapes: str, types: str) -> tuple[float, str]:
     """Bytes of the inputs and the output, and the output's shape as text ("" when unknown); a view
     moves none."""
     if name in _VIEWS:
         return 0.0, ""
-    dims, dtypes = _parse(shapes), _parse(types)
-    sizes = [_DTYPE_BYTES.get(t, 4) if isinstance(t, str) else 4 for t in dtypes] or [4]
+    dims, sizes = parse_list(shapes), _sizes(types)
     total = 0.0
     for k, d in enumerate(dims):
         total += _elements(d) * sizes[min(k, len(sizes) - 1)]
@@ -203,7 +214,6 @@ def op_table(
     members_of: list[list[int]] = [[] for _ in keys]
     for i in ops.tolist():
         members_of[groups[i]].append(i)
-    types = ev.get("types")
     rows = []
     pattern = re.compile(match) if match else None
     for k, (key, members) in enumerate(zip(keys, members_of)):
@@ -217,7 +227,7 @@ def op_table(
         moved, inputs, outputs, layers = 0.0, Counter[str](), Counter[str](), Counter[str]()
         for i in members:
             shapes = trace.name_of(int(ev["shapes"][i]))
-            dtypes = trace.name_of(int(types[i])) if types is not None else ""
+            dtypes = trace.name_of(int(ev["types"][i]))
             size, out = _bytes(trace.names[int(names[i])], shapes, dtypes)
             moved += size / steps
             inputs[shapes] += 1

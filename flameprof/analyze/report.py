@@ -24,6 +24,7 @@ from .graph_advice import GraphAdvice, graph_advice
 from .memory_flow import MemoryFlow, memory_flow
 from .ops import DeviceSection, LayerCost, MemorySection, OpsSection, ops_report
 from .phases import Rule
+from .precision_advice import precision_advice
 from .processes import ProcessesSection, analyze_processes, processes_section
 from .step_detail import NotableStep, StepDetail, StepLayers, notable_steps, step_detail
 
@@ -290,7 +291,8 @@ def build_report(profile: Profile, analysis: Analysis, source: str = "", step: i
         device=traced.device,
         device_time=device_steps,
         step=step_detail(analysis, layers, step) if step is not None else None,
-        graph_advice=graph_advice(analysis, layers.names, layers.average, _steady_wall(analysis)),
+        graph_advice=graph_advice(analysis, layers.names, layers.average, _steady_wall(analysis))
+        + precision_advice(profile.trace),
         memory_flow=memory_flow(profile.trace) if profile.trace is not None else None,
         gil=gil_section(profile),
     )

@@ -14,7 +14,8 @@ Layout (format version 1, documented in docs/file-format.md):
   sample_gil.npy   uint8: each sample's thread's part of the GIL (records.GIL_*); a file written
                    before it has none, and its samples' states are unknown
   trace.json, trace_events_<column>.npy, trace_memory_<column>.npy
-                   only when a traced window ran (model/trace.py has the columns)
+                   only when a traced window ran (model/trace.py has the columns; a file written
+                   before ``trace_events_types`` has none, and its ops' dtypes are unknown)
 Writes go to a temporary file renamed into place, so a reader never sees half a profile.
 """
 
@@ -103,6 +104,7 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
             "steps": trace.steps,
             "params": trace.params,
             "phases": list(PHASES),
+            "devices": [[i, *device] for i, device in sorted(trace.devices.items())],
         }
         columns.update({f"trace_events_{k}": (lambda v=v: v) for k, v in trace.events.items()})
         columns.update({f"trace_memory_{k}": (lambda v=v: v) for k, v in trace.memory.items()})
@@ -193,6 +195,7 @@ def _gil_states(data: bytes) -> np.ndarray:
     return read_column(members["sample_gil.npy"], "sample_gil", np.uint8)
 
 
+_LATER_COLUMNS = ("trace_events_types",)  # a file written before them has none: every value is -1
 _TRACE_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     **{f"trace_events_{k}": t for k, t in EVENT_COLUMNS.items()},
     **{f"trace_memory_{k}": t for k, t in MEMORY_COLUMNS.items()},
@@ -201,9 +204,12 @@ _TRACE_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
 
 def _trace(data: bytes) -> Trace | None:
     """The traced window's members, when the file has them (``validate.check_profile`` checks them)."""
-    members = read_members(data, ("trace.json", *(n + ".npy" for n in _TRACE_COLUMNS)), optional=True)
+    required = [n for n in _TRACE_COLUMNS if n not in _LATER_COLUMNS]
+    members = read_members(data, ("trace.json", *(n + ".npy" for n in required)), optional=True)
     if not members:
         return None
+    for name in _LATER_COLUMNS:
+        members.update(read_members(data, (name + ".npy",), optional=True))
     head = _json(members["trace.json"], "trace.json")
     if not isinstance(head, dict):
         raise ValueError("trace.json is not an object")
@@ -216,7 +222,12 @@ def _trace(data: bytes) -> Trace | None:
         isinstance(v, list) and len(v) == 2 and all(validate.is_int(x) for x in v) for v in params.values()
     ):
         raise ValueError("trace.json: params must map layers to [count, bytes]")
-    columns = {name: read_column(members[name + ".npy"], name, t) for name, t in _TRACE_COLUMNS.items()}
+    devices = validate.rows(head.get("devices", []), "trace.json devices", "isii")
+    columns = {
+        n: read_column(members[n + ".npy"], n, t) for n, t in _TRACE_COLUMNS.items() if n + ".npy" in members
+    }
+    for name in _LATER_COLUMNS:
+        columns.setdefault(name, np.full(len(columns["trace_events_kind"]), -1, _TRACE_COLUMNS[name]))
     columns["trace_events_phase"] = _shared_phases(columns["trace_events_phase"], head.get("phases"))
     return Trace(
         names=names,
@@ -224,6 +235,7 @@ def _trace(data: bytes) -> Trace | None:
         memory={k: columns[f"trace_memory_{k}"] for k in MEMORY_COLUMNS},
         steps=[(float(a), float(b)) for a, b in steps],
         params={k: (int(c), int(b)) for k, (c, b) in params.items()},
+        devices={int(i): (str(name), int(major), int(minor)) for i, name, major, minor in devices},
     )
 
 

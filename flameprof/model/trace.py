@@ -3,7 +3,7 @@ for a few steps, each already attributed to a layer path and a phase, kept as co
 
 Collectors (the in-process window and the Kineto importer) fill it; analyses read it next to the
 samples of the same profile. Times are seconds relative to the profile's ``meta['start_time']``,
-like ``sample_time``. Names (ops, kernels, layer paths, input shapes) are interned in ``names``.
+like ``sample_time``. Names (ops, kernels, layer paths, input shapes and dtypes) are interned in ``names``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "flops": np.float64,
     "bytes": np.float64,  # copy/fill size of a device event
     "shapes": np.int32,  # index into names of the input shapes text, or -1
+    "types": np.int32,  # index into names of the input dtypes text (``["float","long"]``), or -1
 }
 MEMORY_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "time": np.float64,
@@ -53,13 +54,16 @@ def _empty(columns: Mapping[str, type[np.integer[Any]] | type[np.float64]]) -> d
 
 @dataclass
 class Trace:
-    """The traced window(s) of a profile: events, memory events, the steps traced, layer parameters."""
+    """The traced window(s) of a profile: events, memory events, the steps traced, layer parameters, the
+    devices."""
 
     names: list[str] = field(default_factory=list)
     events: dict[str, np.ndarray] = field(default_factory=lambda: _empty(EVENT_COLUMNS))
     memory: dict[str, np.ndarray] = field(default_factory=lambda: _empty(MEMORY_COLUMNS))
     steps: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each traced step
     params: dict[str, tuple[int, int]] = field(default_factory=dict)  # layer path -> (count, bytes)
+    # device id -> (name, compute capability major, minor), from the trace's ``deviceProperties``
+    devices: dict[int, tuple[str, int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.events = {n: np.asarray(self.events[n], dtype=d) for n, d in EVENT_COLUMNS.items()}
@@ -86,7 +90,7 @@ class Trace:
                 raise ValueError("trace event phase out of range")
             if ev["name"].min() < 0 or ev["name"].max() >= len(self.names):
                 raise ValueError("trace event name out of range")
-            for name in ("layer", "shapes"):
+            for name in ("layer", "shapes", "types"):
                 if ev[name].min() < -1 or ev[name].max() >= len(self.names):
                     raise ValueError(f"trace event {name} out of range")
             if ev["parent"].min() < -1 or ev["parent"].max() >= n:
@@ -116,7 +120,7 @@ def shifted(trace: Trace, seconds: float) -> Trace:
     events = dict(trace.events, start=trace.events["start"] + seconds)
     memory = dict(trace.memory, time=trace.memory["time"] + seconds)
     steps = [(a + seconds, b + seconds) for a, b in trace.steps]
-    return Trace(list(trace.names), events, memory, steps, dict(trace.params))
+    return Trace(list(trace.names), events, memory, steps, dict(trace.params), dict(trace.devices))
 
 
 def concat(traces_or_none: Sequence[Trace | None]) -> Trace | None:
@@ -135,7 +139,7 @@ def concat(traces_or_none: Sequence[Trace | None]) -> Trace | None:
         remap = np.array([names.setdefault(n, len(names)) for n in trace.names] + [-1], dtype=np.int32)
         for col in EVENT_COLUMNS:
             values = trace.events[col]
-            if col in ("name", "layer", "shapes"):
+            if col in ("name", "layer", "shapes", "types"):
                 values = remap[values]  # -1 indexes the trailing -1
             elif col == "parent":
                 values = np.where(values >= 0, values + offset, values)
@@ -146,6 +150,7 @@ def concat(traces_or_none: Sequence[Trace | None]) -> Trace | None:
         offset += trace.num_events
         out.steps.extend(trace.steps)
         out.params.update(trace.params)
+        out.devices.update(trace.devices)
     out.names = list(names)
     # no second copy of columns of millions where the parts have their type already
     out.events = {c: np.concatenate(v).astype(EVENT_COLUMNS[c], copy=False) for c, v in events.items()}

@@ -220,6 +220,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         ("x", (d, m)),
         ("dims", (h,)),
         ("concrete", (h,)),
+        ("types", (h,)),
     ):
         column = rows.take(key)
         for group in groups:
@@ -237,7 +238,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     def seconds(us: np.ndarray) -> np.ndarray:
         return (us - first) / 1e6 + shift
 
-    flops, shapes = _inputs(h_kind, h_name, h["dims"], h["concrete"], rows.values, texts)
+    flops, shapes, types = _inputs(h_kind, h_name, h["dims"], h["concrete"], h["types"], rows.values, texts)
     start, dur, pid, tid = h["ts"], h["dur"], h["a"], h["b"]
     parent, memory_event, order = _nest(pid, tid, start, dur, m["a"], m["b"], m["ts"])
     layer, phase = _attribute(Hosts(h_kind, h_name, start, pid, tid, h["c"], parent), order, texts)
@@ -252,7 +253,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         pids, firsts, counts = np.unique(owner_pid, return_index=True, return_counts=True)
         main_pid = int(owner_pid[firsts[counts == counts.max()].min()])
     d_layer = np.where(owned, layer[owner] if len(layer) else -1, -1)
-    final, trace_names = _first_seen([h_name, d_name, layer, d_layer, shapes], list(texts))
+    final, trace_names = _first_seen([h_name, d_name, layer, d_layer, shapes, types], list(texts))
     n_host, n_device = len(h_kind), len(d_name)
     parts: dict[str, Callable[[], tuple[Any, Any]]] = {  # each column made, and its parts dropped, in turn
         "kind": lambda: (h.pop("kind"), d.pop("kind")),
@@ -268,6 +269,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         "flops": lambda: (flops, np.zeros(n_device)),
         "bytes": lambda: (np.zeros(n_host), d.pop("x")),
         "shapes": lambda: (final[shapes], np.full(n_device, -1)),
+        "types": lambda: (final[types], np.full(n_device, -1)),
     }
     del start, dur, tid
     events = {}
@@ -280,8 +282,21 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         "device": m.pop("c").astype(MEMORY_COLUMNS["device"]),
         "event": memory_event,
     }
-    trace = Trace(names=trace_names, events=events, memory=memory, steps=steps)
+    trace = Trace(names=trace_names, events=events, memory=memory, steps=steps, devices=_devices(doc.header))
     return trace, epoch
+
+
+def _devices(header: dict[str, Any]) -> dict[int, tuple[str, int, int]]:
+    """The trace's ``deviceProperties``: per device id its name and compute capability (-1 unknown);
+    an entry without an integer id is left out."""
+    out = {}
+    entries = header.get("deviceProperties")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and type(entry.get("id")) is int and abs(entry["id"]) < 1 << 31:
+            name = entry.get("name")
+            major, minor = (_int(entry.get(key)) for key in ("computeMajor", "computeMinor"))
+            out[entry["id"]] = (name if isinstance(name, str) else "", major, minor)
+    return out
 
 
 DENSE = 1 << 24  # keys below this are made unique by a table of that size (linear), others by sorting
@@ -325,31 +340,45 @@ def _first_seen(columns: list[np.ndarray], texts: list[str]) -> tuple[np.ndarray
 
 
 def _inputs(
-    kind: np.ndarray, name: np.ndarray, dims: np.ndarray, concrete: np.ndarray, values: list, texts: dict
-) -> tuple[np.ndarray, np.ndarray]:
-    """FLOPs and input shapes (a text id, or -1) of each op, computed once per distinct op name and
-    inputs."""
+    kind: np.ndarray,
+    name: np.ndarray,
+    dims: np.ndarray,
+    concrete: np.ndarray,
+    types: np.ndarray,
+    values: list,
+    texts: dict,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FLOPs, input shapes and input dtypes (text ids, or -1) of each op, computed once per distinct op
+    name and inputs."""
     flops = np.zeros(len(kind))
     shapes = np.full(len(kind), -1, dtype=np.int64)
-    ops = np.flatnonzero((kind == OP) & ((dims >= 0) | (concrete >= 0)))  # without inputs: 0 and none
+    dtypes = np.full(len(kind), -1, dtype=np.int64)
+    ops = np.flatnonzero((kind == OP) & ((dims >= 0) | (concrete >= 0) | (types >= 0)))  # none: 0 and none
     if not len(ops):
-        return flops, shapes
+        return flops, shapes, dtypes
     size = len(values) + 1
     pairs, pair = unique_ids((dims[ops] + 1).astype(np.int64) * size + concrete[ops] + 1, size * size)
-    triples, triple = unique_ids(name[ops] * len(pairs) + pair, (len(texts) + 1) * len(pairs))
+    inputs, input_of = unique_ids(pair * size + types[ops] + 1, len(pairs) * size)
+    triples, triple = unique_ids(name[ops] * len(inputs) + input_of, (len(texts) + 1) * len(inputs))
     text_list = list(texts)
     op_flops_of = np.zeros(len(triples))
     shapes_of = np.full(len(triples), -1, dtype=np.int64)
+    dtypes_of = np.full(len(triples), -1, dtype=np.int64)
     for j, key in enumerate(triples.tolist()):
-        n, inputs = divmod(key, len(pairs))
-        di, ci = divmod(int(pairs[inputs]), size)
+        n, k = divmod(key, len(inputs))
+        p, ti = divmod(int(inputs[k]), size)
+        di, ci = divmod(int(pairs[p]), size)
         dims_value = values[di - 1] if di else None
         op_flops_of[j] = op_flops(text_list[n], dims_value, values[ci - 1] if ci else None)
         if dims_value:
             shapes_of[j] = texts.setdefault(json.dumps(dims_value, separators=(",", ":")), len(texts))
+        types_value = values[ti - 1] if ti else None
+        if types_value and isinstance(types_value, list) and all(isinstance(t, str) for t in types_value):
+            dtypes_of[j] = texts.setdefault(json.dumps(types_value, separators=(",", ":")), len(texts))
     flops[ops] = op_flops_of[triple]
     shapes[ops] = shapes_of[triple]
-    return flops, shapes
+    dtypes[ops] = dtypes_of[triple]
+    return flops, shapes, dtypes
 
 
 def _nest(

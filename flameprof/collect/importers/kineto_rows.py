@@ -4,12 +4,12 @@ runtime call, kernel, copy, fill and allocator event, with only the fields attri
 The C ``Scanner`` (native/kineto.c) reads the ``traceEvents`` array straight from the file's bytes
 into these columns; an element it leaves to Python (an unusual field, a defect, or no C extension
 at all) is decoded by json_stream and read here by ``_row``, with the same rules, and its row is put
-back in its place among the Scanner's. Names and the ``Input Dims``/``Concrete Inputs`` values are
-ids into ``names`` and ``values``, each distinct one decoded once.
+back in its place among the Scanner's. Names and the ``Input Dims``/``Concrete Inputs``/``Input type``
+values are ids into ``names`` and ``values``, each distinct one decoded once.
 
 Row columns, by kind: a host event's ``a``/``b``/``c``/``d`` are its pid, tid, sequence number and
-correlation id (``dims``/``concrete`` its inputs); a device event's are its device, stream, -1 and
-correlation id (``x`` its bytes); a memory event's (kind ``MEMORY``, ``dur`` its total allocated) are
+correlation id (``dims``/``concrete``/``types`` its inputs); a device event's are its device, stream,
+-1 and correlation id (``x`` its bytes); a memory event's (kind ``MEMORY``, ``dur`` its total allocated) are
 its pid, tid and device (``x`` its bytes allocated).
 """
 
@@ -58,6 +58,7 @@ ROW_COLUMNS: dict[str, Any] = {
     "x": np.float64,
     "dims": np.int32,
     "concrete": np.int32,
+    "types": np.int32,
 }
 
 
@@ -122,7 +123,7 @@ class _PythonRows:
             pid, tid = _int(event.get("pid")), _int(event.get("tid"))
             delta = _number(args.get("Bytes", 0), "Bytes", where)
             total = _number(args.get("Total Allocated", 0), "Total Allocated", where)
-            row = (MEMORY, -1, ts, total, pid, tid, device, 0, delta, -1, -1)
+            row = (MEMORY, -1, ts, total, pid, tid, device, 0, delta, -1, -1, -1)
         else:
             return
         if row is not None:
@@ -169,6 +170,7 @@ class _PythonRows:
                 else 0.0,
                 -1,
                 -1,
+                -1,
             )
         return (
             kind,
@@ -182,6 +184,7 @@ class _PythonRows:
             0.0,
             self.value_id(args, "Input Dims"),
             self.value_id(args, "Concrete Inputs"),
+            self.value_id(args, "Input type"),
         )
 
 
@@ -193,7 +196,7 @@ class Rows:
     scan: Any  # the Scanner, or None
     python: _PythonRows
     names: list[str]  # name id -> text (a text may repeat)
-    values: list[object]  # dims/concrete id -> value
+    values: list[object]  # dims/concrete/types id -> value
     scanned: tuple[int, int]  # how many names and values the Scanner interned
 
     def take(self, key: str) -> np.ndarray:
@@ -205,7 +208,7 @@ class Rows:
         if not self.python.rows:
             return column
         extra = np.asarray([row[index] for row in self.python.rows], dtype=dtype)
-        if key in ("name", "dims", "concrete"):  # -2, -3, ...: the Python reader's own, after the Scanner's
+        if key in ("name", "dims", "concrete", "types"):  # -2, -3, ...: Python's own, after the Scanner's
             base = self.scanned[key != "name"]
             extra = np.where(extra <= -2, base - 2 - extra, extra).astype(dtype)
         return np.insert(column, np.asarray(self.python.at, dtype=np.int64), extra)
