@@ -11,12 +11,12 @@ convolution.
 
 It runs twice, each in a process of its own: with glibc's allocator as it is, and with it keeping
 the memory it is given back (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``), as jemalloc or
-tcmalloc would. As it is, glibc hands each 2 MB activation back to the system when it is freed and
-the next one is page-faulted in anew, in whichever op first writes it: the forward then takes 40-50
-ms instead of 20, and the BatchNorm outputs' faults, gone with the folding, were counted in the
-convolutions, ReLUs and adds around them: the measured saving is 4-6 ms against the 1-2 ms
-BatchNorm's own ops take. With the memory kept, the saving is the BatchNorm ops' time, which the
-advice estimates; the target applies there.
+tcmalloc would. As it is, glibc often hands each 2 MB activation back to the system when it is
+freed and the next one is page-faulted in anew, in whichever op first writes it: the forward then
+takes 30-50 ms instead of 20 (in some processes it does not), and folding moves some of those
+faults, counted in the convolutions, ReLUs and adds around the BatchNorms, by an amount no profile
+of the original shows (the advice says so). With the memory kept, the saving is the BatchNorm ops'
+time, which the advice estimates; the target applies there.
 """
 
 from __future__ import annotations

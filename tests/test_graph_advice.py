@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from kineto_traces import _kernel, _x
@@ -18,6 +19,7 @@ from flameprof.analyze.report import report_of
 from flameprof.collect.importers.load import load_bytes
 from flameprof.examples.resnet import ResNetish
 from flameprof.model.builder import ProfileBuilder
+from flameprof.model.counters import PAGE_FAULTS_PER_S, SYSTEM_CPU_PERCENT
 from flameprof.model.profile import Frame, Mark
 
 CALL = Frame("Module._call_impl", TORCH + "nn/modules/module.py", 1782)
@@ -69,6 +71,21 @@ def test_batchnorm_after_a_convolution_folds_in_inference(layers, bn):
     assert "fold each into the layer before it" in advice.text
     # a model that trains keeps its BatchNorm: nothing to fold
     assert "fold_batchnorm" not in kinds(_loop(layers, backward=0.1))
+
+
+@pytest.mark.parametrize(
+    "kernel, faults, caveat", [(40.0, 50_000.0, True), (2.0, 50_000.0, False), (40.0, 100.0, False)]
+)
+def test_folding_in_a_loop_that_faults_its_memory_afresh_says_the_saving_moves(kernel, faults, caveat):
+    profile = _loop(SEQUENTIAL)
+    times = np.linspace(0.0, 0.6, 13)
+    profile.counters[SYSTEM_CPU_PERCENT] = (times, np.full(13, kernel))
+    profile.counters[PAGE_FAULTS_PER_S] = (times, np.full(13, faults))
+    advice = kinds(profile)["fold_batchnorm"]
+    assert advice.saving == pytest.approx(SEQUENTIAL["Net.features.1 (BatchNorm2d)"])
+    assert ("faults its memory in afresh each step (40% of its time in the kernel" in advice.text) is caveat
+    plain = report_of(profile).verdict.advice
+    assert any("faulted in again" in line for line in plain) is caveat  # the advice it refers to
 
 
 def test_batchnorm_without_a_convolution_before_it_is_not_folded():

@@ -132,14 +132,16 @@ def _counter(profile: Profile, name: str) -> tuple[np.ndarray, np.ndarray] | Non
     return profile.counters.get(name) or profile.counters.get(counter_key("main", name))
 
 
-def _page_fault_advice(analysis: Analysis) -> list[str]:
-    """The process faulting fresh memory in all the time: an allocator that gives freed blocks back
-    to the system (glibc does for blocks of megabytes, a CPU model's activations) and takes them again
-    for the next tensors, each page zeroed by the kernel. Over the steady-state steps (or the run)."""
+def fresh_memory(analysis: Analysis) -> tuple[float, float] | None:
+    """The share of its time the process spends in the kernel and its page faults a second, when it
+    faults fresh memory in all the time: an allocator that gives freed blocks back to the system
+    (glibc does for blocks of megabytes, a CPU model's activations) and takes them again for the next
+    tensors, each page zeroed by the kernel. Over the steady-state steps (or the run); None when it
+    does not."""
     profile = analysis.profile
     kernel, faults = _counter(profile, SYSTEM_CPU_PERCENT), _counter(profile, PAGE_FAULTS_PER_S)
     if kernel is None or faults is None or not len(kernel[0]) or not len(faults[0]):
-        return []
+        return None
     steps = analysis.steps
     steady = np.flatnonzero(steps.steady) if steps.count else np.zeros(0, dtype=np.int64)
     if len(steady):
@@ -149,12 +151,20 @@ def _page_fault_advice(analysis: Analysis) -> list[str]:
     in_kernel = kernel[1][(kernel[0] > start) & (kernel[0] <= end)]
     per_second = faults[1][(faults[0] > start) & (faults[0] <= end)]
     if not len(in_kernel) or not len(per_second):
-        return []
+        return None
     share, rate = float(in_kernel.mean()) / 100, float(per_second.mean())
-    if share < KERNEL_ADVICE or rate < FAULTS_ADVICE:
+    return (share, rate) if share >= KERNEL_ADVICE and rate >= FAULTS_ADVICE else None
+
+
+def _page_fault_advice(analysis: Analysis) -> list[str]:
+    """Keep the memory, where the process faults it in afresh all the time (``fresh_memory``)."""
+    found = fresh_memory(analysis)
+    if found is None:
         return []
+    share, rate = found
+    steps = analysis.steps
     step = ""
-    if len(steady):
+    if steps.count and steps.steady.any():
         step = f", {rate * float(np.median(steps.walls[steps.steady])):,.0f} a step"
     return [
         f"The process spends {100 * share:.0f}% of its time in the kernel and takes {rate:,.0f} page faults "
