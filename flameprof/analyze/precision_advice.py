@@ -3,8 +3,10 @@ the ``Input Dims`` and ``Input type`` torch.profiler records for each op and the
 kernels each one launched:
 
 - ``tensor_core_shapes``: half-precision (fp16, bf16) matmuls and convolutions with a dimension that
-  is not a multiple of 8 (a matmul's M, K, N; a convolution's input and output channels), which
-  tensor cores do not take whole (NVIDIA's guidance for fp16 and bf16: multiples of 8). The saving
+  is not a multiple of 8 (a matmul's K and N, set by the model: hidden sizes, a vocabulary; not M,
+  the rows, which in inference is however many tokens came; a convolution's input and output
+  channels), which tensor cores do not take whole (NVIDIA's guidance for fp16 and bf16: multiples
+  of 8). The saving
   is measured against the window's aligned half-precision matmuls: each op's time less what its
   FLOPs take at their achieved rate; without one to compare, half its time is assumed.
 - ``bf16_matmuls``: fp32 matmuls and convolutions on a device of compute capability 8.0 or later
@@ -37,14 +39,14 @@ def _is_shape(dims: object, rank: int) -> bool:
 
 
 def misaligned(op: str, shapes: str) -> dict[str, int]:
-    """The dimensions of a matmul (``M``, ``K``, ``N``) or a convolution (``in channels``, ``out
-    channels``) that are not multiples of ALIGN, by name; {} when all are, or the shapes are unknown."""
+    """The dimensions of a matmul (``K``, ``N``) or a convolution (``in channels``, ``out channels``)
+    that are not multiples of ALIGN, by name; {} when all are, or the shapes are unknown."""
     dims = parse_list(shapes)
     if op in _MATMULS:
         i, j = _MATMULS[op]
         if len(dims) <= j or not (_is_shape(dims[i], 2) and _is_shape(dims[j], 2)):
             return {}
-        named = {"M": dims[i][-2], "K": dims[i][-1], "N": dims[j][-1]}
+        named = {"K": dims[i][-1], "N": dims[j][-1]}
     elif op == _CONVOLUTION:
         if len(dims) < 2 or not (_is_shape(dims[0], 3) and _is_shape(dims[1], 3)):
             return {}
