@@ -144,6 +144,18 @@ def test_copies_and_out_of_place_activations_in_the_traced_window():
     )
 
 
+def test_out_of_place_elementwise_ops_in_a_loop_without_backward():
+    doc = _window([("Net.block (Block)", "aten::add", 40), ("Net.block (Block)", "aten::mul_", 40)])
+    found = kinds(load_bytes(json.dumps(doc).encode(), "t.json"))["inplace_elementwise"]
+    assert found.layers == ["Net.block (Block)"] and found.seconds == pytest.approx(40e-6)
+    assert found.saving == 0.0 and found.saving_bytes == 4 * 8 * 256  # aten::mul_ is in place already
+    # in training autograd may need the inputs: no such advice once the window has a backward
+    doc["traceEvents"].append(_x("cpu_op", "autograd::engine::evaluate_function: AddBackward0", 900, 20))
+    doc["traceEvents"].append(_x("cpu_op", "aten::mul", 905, 10, **{"Input Dims": [[8, 256]]}))
+    training = kinds(load_bytes(json.dumps(doc).encode(), "t.json"))
+    assert "inplace_elementwise" not in training
+
+
 def test_check_folding_folds_a_copy_and_leaves_the_model_alone():
     torch.manual_seed(0)
     model = ResNetish().eval()

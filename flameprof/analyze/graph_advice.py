@@ -14,10 +14,12 @@ turned profiles into changes.
   window): layout changes and dtype conversions each step, whose time a different layout or dtype
   upstream saves;
 - ``inplace_activation``: out-of-place ReLU-like ops in the traced window: in place, each saves its
-  output's allocation (bytes from the input's shape and dtype).
+  output's allocation (bytes from the input's shape and dtype);
+- ``inplace_elementwise``: out-of-place add, sub, mul and div in a traced window without backward
+  (in training, autograd may need their inputs): the same, where the first input is not used after.
 
 Each names its layers and the time they cost per steady-state step, which is also the estimated
-saving (none of it is left once the change is made), except in-place activations, which save
+saving (none of it is left once the change is made), except in-place ops, which save
 memory, not time. None is given where its premise does not hold (nothing to fold in a model that
 trains).
 """
@@ -43,12 +45,13 @@ _FOLDS_INTO = re.compile(r"^(Conv[123]d|Linear)$")
 _DROPOUT = re.compile(r"^(Alpha|FeatureAlpha)?Dropout[123]?d?$")
 _COPIES = ("aten::contiguous", "aten::to", "aten::_to_copy", "aten::copy_", "aten::clone")
 _ACTIVATIONS = ("aten::relu", "aten::relu6", "aten::hardtanh", "aten::leaky_relu", "aten::silu", "aten::elu")
+_ELEMENTWISE = ("aten::add", "aten::sub", "aten::mul", "aten::div")
 
 
 @dataclass(frozen=True)
 class GraphAdvice:
-    kind: str  # fold_batchnorm, dropout_at_inference, copies_in_step, inplace_activation (and
-    # precision_advice's tensor_core_shapes, bf16_matmuls)
+    kind: str  # fold_batchnorm, dropout_at_inference, copies_in_step, inplace_activation,
+    # inplace_elementwise (and precision_advice's tensor_core_shapes, bf16_matmuls)
     layers: list[str]
     seconds: float  # what they cost per steady-state step
     saving: float  # the estimated saving per step (seconds)
@@ -148,8 +151,8 @@ def _structural(analysis: Analysis, names: list[str], per_step: np.ndarray, step
 
 
 def _traced(analysis: Analysis) -> list[GraphAdvice]:
-    """Copies and out-of-place activations inside the steps of the traced window (shares of its
-    traced step)."""
+    """Copies and out-of-place activations and elementwise ops inside the steps of the traced window
+    (shares of its traced step)."""
     trace = analysis.profile.trace
     if trace is None or not trace.num_events:
         return []
@@ -161,20 +164,27 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
     ops = np.flatnonzero((ev["kind"] == OP) & compute)
     name = ev["name"][ops]
     copy_ids = [k for k, text in enumerate(trace.names) if text in _COPIES]
-    activation_ids = [k for k, text in enumerate(trace.names) if text in _ACTIVATIONS]
     layer_name = lambda k: trace.name_of(k) or "(no layer)"  # noqa: E731
     copying = np.isin(name, copy_ids)
     copies = sums_by(ev["layer"][ops[copying]], self_time[ops[copying]] / steps, layer_name)
-    acting = ops[np.isin(name, activation_ids)]
-    inputs, input_of = np.unique(
-        np.stack([ev["shapes"][acting], ev["types"][acting]]), axis=1, return_inverse=True
-    )
-    # an output as large as the first input
-    size = np.array([first_input_bytes(trace.name_of(a), trace.name_of(b)) for a, b in inputs.T.tolist()])
-    activation_s = sums_by(ev["layer"][acting], self_time[acting] / steps, layer_name)
-    per_op = size[input_of.reshape(-1)] / steps if len(acting) else size
-    activation_bytes = sums_by(ev["layer"][acting], per_op, layer_name)
-    activations = {layer: [activation_s[layer], activation_bytes[layer]] for layer in activation_s}
+
+    def out_of_place(names: tuple[str, ...]) -> dict[str, list[float]]:
+        """Per layer, the seconds a traced step of the ops named ``names`` and the bytes of their
+        outputs (each as large as its first input)."""
+        ids = [k for k, text in enumerate(trace.names) if text in names]
+        acting = ops[np.isin(name, ids)]
+        inputs, input_of = np.unique(
+            np.stack([ev["shapes"][acting], ev["types"][acting]]), axis=1, return_inverse=True
+        )
+        size = np.array([first_input_bytes(trace.name_of(a), trace.name_of(b)) for a, b in inputs.T.tolist()])
+        seconds = sums_by(ev["layer"][acting], self_time[acting] / steps, layer_name)
+        per_op = size[input_of.reshape(-1)] / steps if len(acting) else size
+        sizes = sums_by(ev["layer"][acting], per_op, layer_name)
+        return {layer: [seconds[layer], sizes[layer]] for layer in seconds}
+
+    activations = out_of_place(_ACTIVATIONS)
+    inference = not (ev["phase"][ops] == PHASES.index("backward")).any()
+    elementwise = out_of_place(_ELEMENTWISE) if inference else {}
     out = []
     copy_s = sum(copies.values())
     if copy_s > 0 and copy_s >= MIN_SHARE * step:
@@ -192,20 +202,35 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
                 f"{_ms(copy_s)} a step",
             )
         )
-    if activations:
-        layers = sorted(activations, key=lambda k: -activations[k][1])
-        act_s = sum(v[0] for v in activations.values())
-        saved = sum(v[1] for v in activations.values())
+    for kind, found, what, how in (
+        (
+            "inplace_activation",
+            activations,
+            "activations",
+            "inplace=True (where the input is not needed for backward)",
+        ),
+        (
+            "inplace_elementwise",
+            elementwise,
+            "elementwise ops (add, sub, mul, div)",
+            "x.add_(y) and the like where x is not used after",
+        ),
+    ):
+        if not found:
+            continue
+        layers = sorted(found, key=lambda k: -found[k][1])
+        seconds = sum(v[0] for v in found.values())
+        saved = sum(v[1] for v in found.values())
         out.append(
             GraphAdvice(
-                "inplace_activation",
+                kind,
                 layers,
-                act_s,
+                seconds,
                 0.0,
                 saved,
-                f"{len(layers)} layer(s) run activations out of place ({_ms(act_s)} a traced step), "
-                f"most in {', '.join(layers[:3])}: inplace=True (where the input is not needed for "
-                f"backward) saves an allocation of about {saved / 1e6:.1f} MB a step, not time",
+                f"{len(layers)} layer(s) run {what} out of place ({_ms(seconds)} a traced step), most in "
+                f"{', '.join(layers[:3])}: {how} saves an allocation of about {saved / 1e6:.1f} MB a step, "
+                "not time",
             )
         )
     return out
