@@ -88,6 +88,21 @@ def test_folding_in_a_loop_that_faults_its_memory_afresh_says_the_saving_moves(k
     assert any("faulted in again" in line for line in plain) is caveat  # the advice it refers to
 
 
+def test_folding_names_the_batchnorms_only_the_traced_window_saw():
+    profile = _loop(SEQUENTIAL)
+    window = _window(
+        [
+            ("Net.features.3 (Conv2d)", "aten::convolution", 50),
+            ("Net.features.4 (BatchNorm2d)", "aten::batch_norm", 5),
+        ]
+    )
+    profile.trace = load_bytes(json.dumps(window).encode(), "t.json").trace
+    advice = kinds(profile)["fold_batchnorm"]
+    # no sample fell in the second BatchNorm: it folds all the same, its time is in the sampled total's error
+    assert advice.layers == ["Net.features.1 (BatchNorm2d)", "Net.features.4 (BatchNorm2d)"]
+    assert advice.seconds == pytest.approx(SEQUENTIAL["Net.features.1 (BatchNorm2d)"])
+
+
 def test_batchnorm_without_a_convolution_before_it_is_not_folded():
     layers = {
         "Net.attn (MultiheadAttention)": 0.06,

@@ -3,6 +3,7 @@ few steps of a real training loop, its ops under the samples' layer names and ph
 
 import json
 import sys
+import time
 from dataclasses import asdict
 
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 
 import flameprof
 from flameprof.analyze.ops import ops_report
+from flameprof.collect.engine.session import SESSION
 from flameprof.model import storage
 
 BATCH = 32
@@ -130,6 +132,50 @@ def test_window_times_line_up_with_the_samples_step_marks():
     (root,) = {name.split(".")[0] for name in layers}
     assert root.partition("#")[0] == "Sequential", layers
     assert {f"{root}.0 (Linear)", f"{root}.2 (Linear)"} <= layers
+
+
+@pytest.mark.parametrize(
+    "loop, mark", [("inference", "forward"), ("manual update", "backward"), ("accumulation", "step")]
+)
+def test_loops_without_an_optimizer_step_count_their_window_as_the_analysis_counts_steps(loop, mark):
+    """An inference loop's steps are its model's calls (``forward`` marks), a loop that updates its
+    weights by hand its backward calls (``backward`` marks); with an optimizer stepping every second
+    backward, its optimizer steps (``step`` marks), though backward calls came first."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 64)
+    with flameprof.Profiler(rate=1000, trace_steps=(3, 5)) as prof:
+        for k in range(12 if loop == "accumulation" else 6):
+            if loop == "inference":
+                with torch.inference_mode():
+                    model(x)
+                continue
+            model(x).sum().backward()
+            if loop == "manual update":
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.01 * p.grad
+                        p.grad = None
+            elif k % 2:
+                opt.step()
+                opt.zero_grad()
+    profile = prof.profile
+    assert profile.trace is not None and len(profile.trace.steps) == 2
+    ends = sorted(m.time for m in profile.marks if m.name == mark)
+    assert len(ends) == 6
+    # each traced step ends where the mark of the same step is (steps 3 and 4)
+    for (_, end), at in zip(profile.trace.steps, ends[3:5]):
+        assert end == pytest.approx(at, abs=0.005)
+
+
+def test_the_profiles_start_time_is_the_wall_clock_time_its_sample_times_count_from():
+    """Sample times count from the sampler's t0 (perf_counter); a trace is placed by wall-clock time
+    against ``start_time``: taken before the sampler was made, it was 1.4-1.8 ms early."""
+    with flameprof.Profiler(rate=1000) as prof:
+        t0 = SESSION.sampler.t0
+        wall_minus_perf = time.time() - time.perf_counter()
+    assert prof.profile.meta["start_time"] == pytest.approx(t0 + wall_minus_perf, abs=2e-4)
 
 
 def test_a_program_without_torch_runs_as_usual(tmp_path, write_script):

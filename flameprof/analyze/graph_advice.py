@@ -95,9 +95,13 @@ def _structural(analysis: Analysis, names: list[str], per_step: np.ndarray, step
         return []
     classes: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    for name, s in zip(names, per_step.tolist()):
+    trace = analysis.profile.trace
+    traced = [] if trace is None else [trace.names[k] for k in np.unique(trace.events["layer"]) if k >= 0]
+    # the layers the samples met, with their time, and those only the traced window saw (no sample
+    # fell in them: their time is in the sampled total's error)
+    for name, s in [*zip(names, per_step.tolist()), *((name, 0.0) for name in traced)]:
         split = _split(name)
-        if split:
+        if split and name not in seconds:
             classes[split[0]] = split[1]
             seconds[name] = s
     out = []
@@ -177,7 +181,7 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
             np.stack([ev["shapes"][acting], ev["types"][acting]]), axis=1, return_inverse=True
         )
         size = np.array([first_input_bytes(trace.name_of(a), trace.name_of(b)) for a, b in inputs.T.tolist()])
-        seconds = sums_by(ev["layer"][acting], self_time[acting] / steps, layer_name)
+        seconds = sums_by(ev["layer"][acting], ev["dur"][acting] / steps, layer_name)  # with what they call
         per_op = size[input_of.reshape(-1)] / steps if len(acting) else size
         sizes = sums_by(ev["layer"][acting], per_op, layer_name)
         return {layer: [seconds[layer], sizes[layer]] for layer in seconds}

@@ -2,7 +2,7 @@
 (an inference loop; value: the root module's path) and a ``backward`` mark when ``Tensor.backward``
 returns (a training loop that updates its weights by hand; with an optimizer and gradient
 accumulation, its micro-steps). The analysis uses them only when no optimizer or
-``flameprof.step()`` marked steps (steps.py).
+``flameprof.step()`` marked steps (steps.py); the traced window counts them so too (``listeners``).
 
 Only the root module's class pays: ``Module.__call__`` is wrapped until an outermost module call
 that called other modules returns (the model, not a transform module a Dataset calls per item);
@@ -21,6 +21,14 @@ from typing import Any
 
 from . import device_phases, scopes
 from .layers import NAMER
+
+listeners: list[Callable[[str], None]] = []  # called with "forward" or "backward" after each mark
+
+
+def _mark(name: str, value: str = "") -> None:
+    scopes.mark(name, value)
+    for listener in listeners:
+        listener(name)
 
 
 def install(torch: Any) -> Callable[[], None]:
@@ -47,7 +55,7 @@ def install(torch: Any) -> Callable[[], None]:
         finally:
             depth.n = 0
             try:
-                scopes.mark("forward", NAMER.path_of(self, sys._getframe()))
+                _mark("forward", NAMER.path_of(self, sys._getframe()))
             except Exception:
                 pass
 
@@ -71,12 +79,12 @@ def install(torch: Any) -> Callable[[], None]:
                 wrapped.append(cls)
                 if module_cls.__dict__.get("__call__") is finding_root:
                     module_cls.__call__ = call
-                scopes.mark("forward", NAMER.path_of(self, sys._getframe()))
+                _mark("forward", NAMER.path_of(self, sys._getframe()))
 
     @functools.wraps(backward)
     def backward_marked(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = backward(self, *args, **kwargs)
-        scopes.mark("backward")
+        _mark("backward")
         return result
 
     module_cls.__call__ = finding_root

@@ -1,7 +1,8 @@
 """The traced window: torch.profiler (Kineto) driven over a few steps of the program's loop.
 
-Sampling goes on through the whole run; for steps ``first`` to ``last - 1`` (0-based, as a step is
-counted by the sampler: an optimizer step of the leading optimizer, or ``flameprof.step()``) Kineto
+Sampling goes on through the whole run; for steps ``first`` to ``last - 1`` (0-based, as the
+analysis counts steps: an optimizer step of the leading optimizer, or ``flameprof.step()``; in a
+loop without them, ``Tensor.backward`` or the model's outermost call: STEP_SOURCES) Kineto
 also records every op with its shapes and memory events, and every device kernel and copy when
 there is a device. While the window is open, every module call is wrapped in a record_function
 annotation named by its layer path (``flameprof.layer: Net.0 (Linear)``, the samples' own names),
@@ -22,7 +23,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from . import scopes
+from . import loop_steps, scopes
 from .layers import LayerNamer
 
 LAYER_PREFIX = "flameprof.layer: "
@@ -37,6 +38,14 @@ def parse_steps(text: str) -> tuple[int, int]:
     if start < 0 or end <= start:
         raise ValueError(f"{text!r}: expected FIRST:LAST with 0 <= FIRST < LAST")
     return start, end
+
+
+# What ends a step, the least telling first: an outermost module call returned (an inference loop's
+# step), Tensor.backward returned (a training loop's, without an optimizer: steps.py), an optimizer
+# step or flameprof.step(). In a loop with an optimizer all three come in its first step, and each
+# count is 1 by then; the window counts by the most telling source seen so far, as the analysis
+# does over the whole run.
+STEP_SOURCES = ("forward", "backward", "step")
 
 
 def _warn(message: str) -> None:
@@ -57,6 +66,8 @@ class TraceWindow:
         self._layers = threading.local()  # .open: (module, record_function) of this thread's calls
         self._step: Any = None  # the open step annotation
         self._optimizer_steps = scopes.LeadingOptimizer()
+        self._counts = [0] * len(STEP_SOURCES)  # each source's steps so far
+        self._source = -1  # the source the steps are counted by: the most telling seen so far
         self._done = False
 
     # -- steps ----------------------------------------------------------------------------
@@ -65,14 +76,32 @@ class TraceWindow:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
-        scopes.step_listeners.append(self.on_step)
+        scopes.step_listeners.append(self._on_step_call)
+        loop_steps.listeners.append(self._on_loop_mark)
         if self.first == 0:
             self._open(torch)
 
     def _on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Steps as the sampler counts them (scopes.LeadingOptimizer)."""
         for _ in self._optimizer_steps.steps(optimizer, None):
-            self.on_step()
+            self._count(STEP_SOURCES.index("step"))
+
+    def _on_step_call(self) -> None:
+        self._count(STEP_SOURCES.index("step"))
+
+    def _on_loop_mark(self, name: str) -> None:
+        self._count(STEP_SOURCES.index(name))
+
+    def _count(self, source: int) -> None:
+        """A step of ``source`` ended: counted when no more telling source has been seen; the first
+        of a more telling one sets the count to its own."""
+        self._counts[source] += 1
+        if source < self._source:
+            return
+        if source > self._source:
+            self._source = source
+            self.steps = self._counts[source] - 1
+        self.on_step()
 
     def on_step(self) -> None:
         """A step ended: open, annotate or close the window."""
@@ -157,8 +186,10 @@ class TraceWindow:
                 self._handles.pop().remove()
             except Exception:
                 pass
-        if self.on_step in scopes.step_listeners:
-            scopes.step_listeners.remove(self.on_step)
+        if self._on_step_call in scopes.step_listeners:
+            scopes.step_listeners.remove(self._on_step_call)
+        if self._on_loop_mark in loop_steps.listeners:
+            loop_steps.listeners.remove(self._on_loop_mark)
 
     # -- layer annotations ------------------------------------------------------------------
     def _enter_module(self, module: Any, args: Any) -> None:
