@@ -15,6 +15,7 @@ import flameprof
 from flameprof.analyze.ops import ops_report
 from flameprof.collect.engine.session import SESSION
 from flameprof.model import storage
+from flameprof.model.phase_names import PHASES
 
 BATCH = 32
 TRAIN = """
@@ -135,17 +136,29 @@ def test_window_times_line_up_with_the_samples_step_marks():
 
 
 @pytest.mark.parametrize(
-    "loop, mark", [("inference", "forward"), ("manual update", "backward"), ("accumulation", "step")]
+    "loop, mark",
+    [
+        ("inference", "forward"),
+        ("manual update", "backward"),
+        ("accumulation", "step"),
+        ("evaluation first", "step"),
+    ],
 )
 def test_loops_without_an_optimizer_step_count_their_window_as_the_analysis_counts_steps(loop, mark):
     """An inference loop's steps are its model's calls (``forward`` marks), a loop that updates its
     weights by hand its backward calls (``backward`` marks); with an optimizer stepping every second
-    backward, its optimizer steps (``step`` marks), though backward calls came first."""
+    backward, its optimizer steps (``step`` marks), though backward calls came first; a loop that
+    evaluates 8 batches before its first optimizer step (nanoGPT's), its optimizer steps: the window
+    the evaluation's calls opened is dropped."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(64, 64)
     with flameprof.Profiler(rate=1000, trace_steps=(3, 5)) as prof:
+        if loop == "evaluation first":
+            with torch.no_grad():
+                for _ in range(8):
+                    model(x)
         for k in range(12 if loop == "accumulation" else 6):
             if loop == "inference":
                 with torch.inference_mode():
@@ -157,7 +170,7 @@ def test_loops_without_an_optimizer_step_count_their_window_as_the_analysis_coun
                     for p in model.parameters():
                         p -= 0.01 * p.grad
                         p.grad = None
-            elif k % 2:
+            elif k % 2 or loop == "evaluation first":
                 opt.step()
                 opt.zero_grad()
     profile = prof.profile
@@ -167,6 +180,8 @@ def test_loops_without_an_optimizer_step_count_their_window_as_the_analysis_coun
     # each traced step ends where the mark of the same step is (steps 3 and 4)
     for (_, end), at in zip(profile.trace.steps, ends[3:5]):
         assert end == pytest.approx(at, abs=0.005)
+    phases = {PHASES[p] for p in profile.trace.events["phase"]}
+    assert ("backward" in phases) is (loop != "inference")
 
 
 def test_the_profiles_start_time_is_the_wall_clock_time_its_sample_times_count_from():

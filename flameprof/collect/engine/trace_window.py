@@ -44,7 +44,8 @@ def parse_steps(text: str) -> tuple[int, int]:
 # step), Tensor.backward returned (a training loop's, without an optimizer: steps.py), an optimizer
 # step or flameprof.step(). In a loop with an optimizer all three come in its first step, and each
 # count is 1 by then; the window counts by the most telling source seen so far, as the analysis
-# does over the whole run.
+# does over the whole run. A window a less telling source opened is dropped when a more telling one
+# comes (nanoGPT evaluates 40 batches before its first step: an inference loop until then).
 STEP_SOURCES = ("forward", "backward", "step")
 
 
@@ -62,7 +63,9 @@ class TraceWindow:
         self.stopped: list[Any] = []  # stopped torch.profiler objects, their traces not yet read
         self.params: dict[str, tuple[int, int]] = {}  # layer path -> (parameters, bytes)
         self._profiler: Any = None
-        self._handles: list[Any] = []
+        self._handles: list[Any] = []  # the step hooks
+        self._layer_handles: list[Any] = []  # the module hooks, while the window is open
+        self._opened_by = -1  # the source whose steps opened the window (-1: none, or at step 0)
         self._layers = threading.local()  # .open: (module, record_function) of this thread's calls
         self._step: Any = None  # the open step annotation
         self._optimizer_steps = scopes.LeadingOptimizer()
@@ -99,6 +102,8 @@ class TraceWindow:
         if source < self._source:
             return
         if source > self._source:
+            if 0 <= self._opened_by < source and (self._profiler is not None or self.stopped):
+                self._discard()  # a window of a less telling source's steps (an evaluation first)
             self._source = source
             self.steps = self._counts[source] - 1
         self.on_step()
@@ -109,10 +114,12 @@ class TraceWindow:
             self.steps += 1
             if self._profiler is not None:
                 self._end_step()
-                if self.steps >= self.last:
-                    self.close()
-                else:
+                if self.steps < self.last:
                     self._begin_step()
+                elif self._source == len(STEP_SOURCES) - 1:
+                    self.close()  # no more telling source can come
+                else:
+                    self._stop()  # kept unless a more telling source comes (_discard)
             elif self.steps == self.first and not self._done:
                 self._open(sys.modules["torch"])
         except Exception as exc:  # never let the window fail the program's step
@@ -138,8 +145,9 @@ class TraceWindow:
             self._abandon(exc)
             return
         modules = torch.nn.modules.module
-        self._handles.append(modules.register_module_forward_pre_hook(self._enter_module))
-        self._handles.append(modules.register_module_forward_hook(self._exit_module, always_call=True))
+        self._opened_by = self._source
+        self._layer_handles.append(modules.register_module_forward_pre_hook(self._enter_module))
+        self._layer_handles.append(modules.register_module_forward_hook(self._exit_module, always_call=True))
         self._begin_step()
 
     def _begin_step(self) -> None:
@@ -154,11 +162,15 @@ class TraceWindow:
             step.__exit__(None, None, None)
 
     def close(self) -> None:
-        """Stop the profiler (idempotent; also called when the profile is taken)."""
-        if self._done:
-            return
-        self._done = True
+        """Stop the profiler and count no more steps (idempotent; also called when the profile is
+        taken)."""
+        self._stop()
         self._remove_hooks()
+
+    def _stop(self) -> None:
+        """Stop the profiler, keeping its trace; steps are still counted."""
+        self._done = True
+        self._remove_layer_hooks()
         profiler, self._profiler = self._profiler, None
         if profiler is None:
             return
@@ -169,14 +181,35 @@ class TraceWindow:
         except Exception as exc:
             _warn(f"could not stop torch.profiler ({type(exc).__name__}: {exc})")
 
+    def _discard(self) -> None:
+        """Drop the window opened by a less telling source's steps, so that it opens anew."""
+        self._remove_layer_hooks()
+        profiler, self._profiler = self._profiler, None
+        self._step = None
+        if profiler is not None:
+            try:
+                profiler.stop()
+            except Exception:
+                pass
+        self.stopped = []
+        self._done = False
+
     def _abandon(self, exc: BaseException) -> None:
         _warn(f"torch.profiler failed ({type(exc).__name__}: {exc})")
         self._done = True
+        self._remove_layer_hooks()
         self._remove_hooks()
         profiler, self._profiler = self._profiler, None
         if profiler is not None:
             try:
                 profiler.stop()
+            except Exception:
+                pass
+
+    def _remove_layer_hooks(self) -> None:
+        while self._layer_handles:
+            try:
+                self._layer_handles.pop().remove()
             except Exception:
                 pass
 
