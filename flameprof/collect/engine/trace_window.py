@@ -207,18 +207,10 @@ class TraceWindow:
                 pass
 
     def _remove_layer_hooks(self) -> None:
-        while self._layer_handles:
-            try:
-                self._layer_handles.pop().remove()
-            except Exception:
-                pass
+        _remove_handles(self._layer_handles)
 
     def _remove_hooks(self) -> None:
-        while self._handles:
-            try:
-                self._handles.pop().remove()
-            except Exception:
-                pass
+        _remove_handles(self._handles)
         if self._on_step_call in scopes.step_listeners:
             scopes.step_listeners.remove(self._on_step_call)
         if self._on_loop_mark in loop_steps.listeners:
@@ -268,6 +260,14 @@ class TraceWindow:
                 size += param.numel() * param.element_size()
             self.params[layer.name] = (count, size)
         return layer.name
+
+
+def _remove_handles(handles: list[Any]) -> None:
+    while handles:
+        try:
+            handles.pop().remove()
+        except Exception:
+            pass
 
 
 def read_window(window: TraceWindow, epoch: float) -> Any:
