@@ -80,7 +80,7 @@ def _predecessor(path: str, siblings: dict[str, str]) -> str | None:
     return None
 
 
-def _ms(seconds: float) -> str:
+def as_ms(seconds: float) -> str:
     return f"{1e3 * seconds:.2f} ms"
 
 
@@ -130,9 +130,9 @@ def _structural(analysis: Analysis, names: list[str], per_step: np.ndarray, step
                 fold_s,
                 0.0,
                 f"{len(folds)} BatchNorm layer(s) follow a convolution or Linear in a loop without backward "
-                f"and take {_ms(fold_s)} a step ({100 * fold_s / step:.1f}%): fold each into the layer "
+                f"and take {as_ms(fold_s)} a step ({100 * fold_s / step:.1f}%): fold each into the layer "
                 f"before it ({pairs}) with torch.fx.experimental.optimization.fuse(model.eval()); saves "
-                f"about {_ms(fold_s)} a step (flameprof.check_folding(model, batch) measures it on a copy)"
+                f"about {as_ms(fold_s)} a step (flameprof.check_folding(model, batch) measures it on a copy)"
                 + caveat,
             )
         )
@@ -146,9 +146,9 @@ def _structural(analysis: Analysis, names: list[str], per_step: np.ndarray, step
                 drop_s,
                 drop_s,
                 0.0,
-                f"Dropout runs in a loop without backward: {len(drops)} layer(s), {_ms(drop_s)} a step "
+                f"Dropout runs in a loop without backward: {len(drops)} layer(s), {as_ms(drop_s)} a step "
                 f"({100 * drop_s / step:.1f}%); call model.eval() (Dropout is free in eval mode) and run "
-                f"under torch.inference_mode(): saves about {_ms(drop_s)} a step",
+                f"under torch.inference_mode(): saves about {as_ms(drop_s)} a step",
             )
         )
     return out
@@ -200,10 +200,10 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
                 copy_s,
                 copy_s,
                 0.0,
-                f"Layout changes and dtype conversions (contiguous, to, copy_) take {_ms(copy_s)} a traced "
+                f"Layout changes and dtype conversions (contiguous, to, copy_) take {as_ms(copy_s)} a traced "
                 f"step in forward and backward, most in {', '.join(top[:3])}: keep tensors in the layout and "
                 f"dtype their consumers want (channels_last end to end, one autocast region); saves about "
-                f"{_ms(copy_s)} a step",
+                f"{as_ms(copy_s)} a step",
             )
         )
     for kind, found, what, how in (
@@ -232,7 +232,7 @@ def _traced(analysis: Analysis) -> list[GraphAdvice]:
                 seconds,
                 0.0,
                 saved,
-                f"{len(layers)} layer(s) run {what} out of place ({_ms(seconds)} a traced step), most in "
+                f"{len(layers)} layer(s) run {what} out of place ({as_ms(seconds)} a traced step), most in "
                 f"{', '.join(layers[:3])}: {how} saves an allocation of about {saved / 1e6:.1f} MB a step, "
                 "not time",
             )

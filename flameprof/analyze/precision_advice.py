@@ -6,9 +6,8 @@ kernels each one launched:
   is not a multiple of 8 (a matmul's K and N, set by the model: hidden sizes, a vocabulary; not M,
   the rows, which in inference is however many tokens came; a convolution's input and output
   channels), which tensor cores do not take whole (NVIDIA's guidance for fp16 and bf16: multiples
-  of 8). The saving
-  is measured against the window's aligned half-precision matmuls: each op's time less what its
-  FLOPs take at their achieved rate; without one to compare, half its time is assumed.
+  of 8). The saving is measured against the window's aligned half-precision matmuls: each op's time
+  less what its FLOPs take at their achieved rate; without one to compare, half its time is assumed.
 - ``bf16_matmuls``: fp32 matmuls and convolutions on a device of compute capability 8.0 or later
   (Ampere on), which runs bf16 on tensor cores: autocast to bf16 (or TF32 for fp32 matmuls) moves
   half the bytes and runs at the tensor cores' rate; half their time is the saving estimated, the
@@ -22,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.trace import DEVICE_KINDS, OP, Trace
-from .graph_advice import MIN_SHARE, GraphAdvice
+from .graph_advice import MIN_SHARE, GraphAdvice, as_ms
 from .op_table import parse_list
 from .ops import sums_by, window_seconds
 
@@ -75,10 +74,6 @@ def device_time_of_ops(trace: Trace, ops: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ms(seconds: float) -> str:
-    return f"{1e3 * seconds:.2f} ms"
-
-
 def precision_advice(trace: Trace | None) -> list[GraphAdvice]:
     """The advice that holds for the traced window (none without a device)."""
     if trace is None or not np.isin(trace.events["kind"], DEVICE_KINDS).any():
@@ -128,10 +123,10 @@ def precision_advice(trace: Trace | None) -> list[GraphAdvice]:
                 saving,
                 0.0,
                 f"Half-precision matmuls and convolutions with dimensions that are not multiples of {ALIGN} "
-                f"take {_ms(cost)} of device time a traced step, most in {', '.join(layers[:3])} "
+                f"take {as_ms(cost)} of device time a traced step, most in {', '.join(layers[:3])} "
                 f"({trace.names[int(distinct[worst][0])]}: {dims}): tensor cores take such shapes only in "
                 f"part; pad them (a vocabulary, a hidden size, channels) to a multiple of {ALIGN}; saves "
-                f"about {_ms(saving)} a step ({how})",
+                f"about {as_ms(saving)} a step ({how})",
             )
         )
     ran = np.unique(ev["device"][np.isin(ev["kind"], DEVICE_KINDS)]).tolist()
@@ -148,12 +143,12 @@ def precision_advice(trace: Trace | None) -> list[GraphAdvice]:
                 cost,
                 cost / 2,
                 0.0,
-                f"fp32 matmuls and convolutions take {_ms(cost)} of device time a traced step, most in "
+                f"fp32 matmuls and convolutions take {as_ms(cost)} of device time a traced step, most in "
                 f"{', '.join(layers[:3])}, on {name or 'a GPU'} (compute capability {major}.{minor}), "
                 "which runs bf16 on tensor cores: run the forward under torch.autocast('cuda', "
                 "dtype=torch.bfloat16), or let fp32 matmuls use TF32 "
                 "(torch.set_float32_matmul_precision('high')); saves about "
-                f"{_ms(cost / 2)} a step (half: bf16 moves half the bytes; compute-bound ops gain more)",
+                f"{as_ms(cost / 2)} a step (half: bf16 moves half the bytes; compute-bound ops gain more)",
             )
         )
     return out

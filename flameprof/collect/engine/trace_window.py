@@ -185,9 +185,9 @@ class TraceWindow:
         """Drop the window opened by a less telling source's steps, so that it opens anew."""
         self._remove_layer_hooks()
         profiler, self._profiler = self._profiler, None
-        self._step = None
         if profiler is not None:
             try:
+                self._end_step()
                 profiler.stop()
             except Exception:
                 pass
