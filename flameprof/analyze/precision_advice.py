@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.trace import DEVICE_KINDS, OP, Trace
+from .ancestry import innermost
 from .graph_advice import MIN_SHARE, GraphAdvice, as_ms
 from .op_table import parse_list
 from .ops import sums_by, window_seconds
@@ -58,19 +59,13 @@ def misaligned(op: str, shapes: str) -> dict[str, int]:
 def device_time_of_ops(trace: Trace, ops: np.ndarray) -> np.ndarray:
     """Per op in ``ops`` (event indexes), the seconds of the device events it launched: each device
     event goes to the nearest of ``ops`` among the host events around the runtime call that launched
-    it (all ancestors climbed at once, a level a pass)."""
+    it."""
     ev = trace.events
     position = np.full(trace.num_events, -1, dtype=np.int64)
     position[ops] = np.arange(len(ops))
-    out = np.zeros(len(ops))
-    walking = np.flatnonzero(np.isin(ev["kind"], DEVICE_KINDS))
-    above = ev["parent"][walking].astype(np.int64)
-    while len(walking):
-        live = above >= 0
-        walking, above = walking[live], above[live]
-        found = position[above] >= 0
-        np.add.at(out, position[above[found]], ev["dur"][walking[found]])
-        walking, above = walking[~found], ev["parent"][above[~found]].astype(np.int64)
+    nearest = innermost(ev["parent"], position)
+    device = np.flatnonzero(np.isin(ev["kind"], DEVICE_KINDS) & (nearest >= 0))
+    out: np.ndarray = np.bincount(nearest[device], weights=ev["dur"][device], minlength=len(ops))
     return out
 
 

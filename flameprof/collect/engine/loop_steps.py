@@ -28,7 +28,10 @@ listeners: list[Callable[[str], None]] = []  # called with "forward" or "backwar
 def _mark(name: str, value: str = "") -> None:
     scopes.mark(name, value)
     for listener in listeners:
-        listener(name)
+        try:
+            listener(name)
+        except Exception:  # the program's forward or backward call never fails for a listener
+            pass
 
 
 def install(torch: Any) -> Callable[[], None]:
