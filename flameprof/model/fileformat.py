@@ -50,7 +50,7 @@ class ZipSink(Protocol):
 def write_zip(
     fh: ZipSink,
     tables: dict[str, str],
-    members: Iterable[tuple[str, Iterable[bytes]]],
+    members: Iterable[tuple[str, Iterable[bytes | memoryview]]],
     compress: bool = False,
 ) -> None:
     """Write the zip to ``fh``: ``tables`` maps ``name.json`` to JSON text; ``members`` yields

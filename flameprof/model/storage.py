@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -52,18 +53,28 @@ _US = 1e6
 _TIMES = ("sample_time", "sample_wall", "sample_cpu")  # integer microseconds in the file
 
 
-def _npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
+def _npy(array: np.ndarray, chunk: int = 1 << 22) -> Iterator[bytes | memoryview]:
+    """A column's ``.npy`` bytes, as ``np.save`` writes them, in chunks: the header, then the column's
+    own memory a slice at a time (no copy of a column of millions is made to write it)."""
+    array = np.ascontiguousarray(array)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(array))
+    yield head.getvalue()
+    data = array.data.cast("B")
+    for at in range(0, len(data), chunk):
+        yield data[at : at + chunk]
 
 
 _MAX_STORED = 2.0**63 / _US  # seconds (or counts) that int64 microseconds hold
 
 
-def _us(seconds: np.ndarray) -> np.ndarray:
-    if len(seconds) and not np.abs(seconds).max() < _MAX_STORED:
+def _check_us(seconds: np.ndarray) -> None:
+    if len(seconds) and not max(-float(seconds.min()), float(seconds.max())) < _MAX_STORED:
         raise ValueError(f"times or weights over {_MAX_STORED:.3g} cannot be stored in a .flameprof file")
+
+
+def _us(seconds: np.ndarray) -> np.ndarray:
+    _check_us(seconds)
     return np.rint(seconds * _US).astype(np.int64)
 
 
@@ -86,16 +97,17 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
         "marks.json": [mark_row(m) for m in profile.marks],
         "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
     }
-    times = {name: _us(getattr(profile, name)) for name in _TIMES}  # checked before anything is written
+    for name in _TIMES:  # checked before anything is written, converted as each is written
+        _check_us(getattr(profile, name))
     columns: dict[str, Any] = {
-        "stack_parent": lambda: profile.stack_parent.astype(np.int32),
-        "stack_frame": lambda: profile.stack_frame.astype(np.int32),
-        "sample_time": lambda: times["sample_time"],
-        "sample_thread": lambda: profile.sample_thread.astype(np.int32),
-        "sample_stack": lambda: profile.sample_stack.astype(np.int32),
-        "sample_wall": lambda: times["sample_wall"],
-        "sample_cpu": lambda: times["sample_cpu"],
-        "sample_gil": lambda: profile.sample_gil.astype(np.uint8),
+        "stack_parent": lambda: profile.stack_parent.astype(np.int32, copy=False),
+        "stack_frame": lambda: profile.stack_frame.astype(np.int32, copy=False),
+        "sample_time": lambda: _us(profile.sample_time),
+        "sample_thread": lambda: profile.sample_thread.astype(np.int32, copy=False),
+        "sample_stack": lambda: profile.sample_stack.astype(np.int32, copy=False),
+        "sample_wall": lambda: _us(profile.sample_wall),
+        "sample_cpu": lambda: _us(profile.sample_cpu),
+        "sample_gil": lambda: profile.sample_gil.astype(np.uint8, copy=False),
     }
     if profile.trace is not None:
         trace = profile.trace
@@ -115,14 +127,14 @@ def dumps(profile: Profile) -> bytes:
     """Serialise ``profile`` to the bytes of a ``.flameprof`` file; ValueError when a time or a weight
     is past what the file stores."""
     tables, columns = _contents(profile)
-    return pack(tables, {name: _npy(column()) for name, column in columns.items()})
+    return pack(tables, {name: b"".join(_npy(column())) for name, column in columns.items()})
 
 
 def save(profile: Profile, path: str | os.PathLike[str]) -> None:
     """Write ``profile`` atomically, so a reader never sees half a profile; each column is written
     as it is made. ValueError (nothing written) when a time or a weight is past what the file stores."""
     tables, columns = _contents(profile)
-    members = ((name + ".npy", (_npy(column()),)) for name, column in columns.items())
+    members = ((name + ".npy", _npy(column())) for name, column in columns.items())
     with atomic_file(os.fspath(path), "wb") as fh:
         write_zip(fh, tables, members, compress=True)
 

@@ -28,8 +28,8 @@ EVENT_COLUMNS: dict[str, type[np.integer[Any]] | type[np.float64]] = {
     "name": np.int32,  # index into names
     "start": np.float64,
     "dur": np.float64,
-    "pid": np.int64,
-    "tid": np.int64,  # host thread id, or the stream for device events
+    "pid": np.int32,  # (Linux's pids and tids are below 2**22; a wider value wraps)
+    "tid": np.int32,  # host thread id, or the stream for device events
     "device": np.int32,  # -1 for the host
     "parent": np.int32,  # enclosing host event; for a device event, the runtime call that launched it
     "layer": np.int32,  # index into names of the layer path, or -1

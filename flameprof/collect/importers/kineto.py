@@ -192,7 +192,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     def text_id(text: str) -> int:
         return texts.setdefault(text, len(texts))
 
-    names = np.array([text_id(t) for t in rows.names] + [-1], dtype=np.int64)[rows.take("name")]
+    names = np.array([text_id(t) for t in rows.names] + [-1], dtype=np.int32)[rows.take("name")]
     kind = rows.take("kind")
     python = kind == PYTHON
     keep = None
@@ -224,8 +224,11 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     ):
         column = rows.take(key)
         for group in groups:
-            group[key] = column[host if group is h else device if group is d else memory]
-        del column
+            part = column[host if group is h else device if group is d else memory]
+            # pids and tids (a host event's, a memory event's), devices and streams (a device
+            # event's) as the trace keeps them: held to the end, so narrowed as they are taken
+            group[key] = part.astype(np.int32) if key in ("a", "b") else part
+        del column, part
     del host, device, memory
     base_ns = _number(doc.header.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
     if not (len(h_kind) or len(d_name) or len(m["ts"])):
@@ -238,11 +241,14 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     def seconds(us: np.ndarray) -> np.ndarray:
         return (us - first) / 1e6 + shift
 
-    flops, shapes, types = _inputs(h_kind, h_name, h["dims"], h["concrete"], h["types"], rows.values, texts)
+    flops, shapes, types = _inputs(
+        h_kind, h_name, h.pop("dims"), h.pop("concrete"), h.pop("types"), rows.values, texts
+    )
     start, dur, pid, tid = h["ts"], h["dur"], h["a"], h["b"]
-    parent, memory_event, order = _nest(pid, tid, start, dur, m["a"], m["b"], m["ts"])
-    layer, phase = _attribute(Hosts(h_kind, h_name, start, pid, tid, h["c"], parent), order, texts)
-    calls, launchers = _launchers(h_kind, h["d"], parent, d["d"])
+    parent, memory_event, order = _nest(pid, tid, start, dur, m.pop("a"), m.pop("b"), m["ts"])
+    layer, phase = _attribute(Hosts(h_kind, h_name, start, pid, tid, h.pop("c"), parent), order, texts)
+    del order
+    calls, launchers = _launchers(h_kind, h.pop("d"), parent, d.pop("d"))
     is_step = _prefixed(list(texts), STEP_PREFIXES)[h_name]
     steps = sorted(zip(seconds(start[is_step]).tolist(), seconds(start[is_step] + dur[is_step]).tolist()))
     owned = launchers >= 0
@@ -334,7 +340,7 @@ def _first_seen(columns: list[np.ndarray], texts: list[str]) -> tuple[np.ndarray
     first = first_positions(columns, len(texts))
     named = np.flatnonzero(first < total)
     ranked = named[np.argsort(first[named], kind="stable")]
-    final = np.full(len(texts) + 1, -1, dtype=np.int64)
+    final = np.full(len(texts) + 1, -1, dtype=np.int32)
     final[ranked] = np.arange(len(ranked))
     return final, [texts[i] for i in ranked.tolist()]
 
@@ -351,15 +357,16 @@ def _inputs(
     """FLOPs, input shapes and input dtypes (text ids, or -1) of each op, computed once per distinct op
     name and inputs."""
     flops = np.zeros(len(kind))
-    shapes = np.full(len(kind), -1, dtype=np.int64)
-    dtypes = np.full(len(kind), -1, dtype=np.int64)
+    shapes = np.full(len(kind), -1, dtype=np.int32)
+    dtypes = np.full(len(kind), -1, dtype=np.int32)
     ops = np.flatnonzero((kind == OP) & ((dims >= 0) | (concrete >= 0) | (types >= 0)))  # none: 0 and none
     if not len(ops):
         return flops, shapes, dtypes
     size = len(values) + 1
     pairs, pair = unique_ids((dims[ops] + 1).astype(np.int64) * size + concrete[ops] + 1, size * size)
     inputs, input_of = unique_ids(pair * size + types[ops] + 1, len(pairs) * size)
-    triples, triple = unique_ids(name[ops] * len(inputs) + input_of, (len(texts) + 1) * len(inputs))
+    keys = name[ops].astype(np.int64) * len(inputs) + input_of
+    triples, triple = unique_ids(keys, (len(texts) + 1) * len(inputs))
     text_list = list(texts)
     op_flops_of = np.zeros(len(triples))
     shapes_of = np.full(len(triples), -1, dtype=np.int64)
@@ -540,7 +547,7 @@ def _attribute(hosts: Hosts, order: np.ndarray, texts: dict[str, int]) -> tuple[
     text_list = list(texts)
     engine = autograd_threads(hosts, text_list)
     kind, name, pid, seq, parent = hosts.kind, hosts.name, hosts.pid, hosts.seq, hosts.parent
-    per_name, inverse = unique_ids(name * 8 + kind, 8 * len(text_list))
+    per_name, inverse = unique_ids(name.astype(np.int64) * 8 + kind, 8 * len(text_list))
     declared = np.full(len(per_name), -1, dtype=np.int8)
     mode = np.zeros(len(per_name), dtype=np.int8)  # 1: a layer annotation, 2: a module's
     layer_name = np.full(len(per_name), -1, dtype=np.int32)
@@ -585,7 +592,7 @@ def _attribute(hosts: Hosts, order: np.ndarray, texts: dict[str, int]) -> tuple[
             made.append(f"{path}.{text_list[leaf] if leaf >= 0 else ''}")
         ids = np.array([texts.setdefault(t, len(texts)) for t in made], dtype=np.int32)
         layer = np.where(layer >= base, ids[np.maximum(layer - base, 0)], layer).astype(np.int32)
-    return layer.astype(np.int64), phase_of
+    return layer, phase_of
 
 
 def _attribute_walk(
@@ -655,4 +662,4 @@ def _launchers(
         if not len(walking):
             break
         launcher[walking] = parent[launcher[walking]]
-    return calls, np.where(launcher >= 0, launcher, calls)
+    return calls.astype(np.int32), np.where(launcher >= 0, launcher, calls).astype(np.int32)

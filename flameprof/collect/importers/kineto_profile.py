@@ -21,7 +21,7 @@ import numpy as np
 from ...model.counters import TORCH_ALLOCATED_BYTES
 from ...model.phase_names import PHASES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
-from ...model.trace import ANNOTATION, OP, RUNTIME, Trace, nesting_order
+from ...model.trace import ANNOTATION, NO_PARENT, OP, RUNTIME, Trace, nesting_order
 from .kineto import (
     LAYER_PREFIX,
     MODULE_PREFIX,
@@ -49,33 +49,50 @@ def read_kineto_document(document: TraceDocument, source: str) -> Profile:
 ENGINE = Frame("autograd engine (backward)", kind="scope")
 
 
-def thread_keys(trace: Trace) -> np.ndarray:
-    """One int64 per event naming its (pid, tid)."""
+HOST_COLUMNS = ("kind", "name", "start", "dur", "pid", "tid", "layer", "phase", "parent")
+
+
+def host_events(trace: Trace) -> dict[str, np.ndarray]:
+    """The columns the samples are made from, of the host events alone (ops, annotations, runtime
+    calls), ``parent`` numbered among them: views of the trace's first rows where those are the host
+    events (as the reader writes them), so that nothing the size of the trace is copied."""
     ev = trace.events
-    return ev["pid"].astype(np.int64) * (1 << 32) + (ev["tid"].astype(np.int64) & 0xFFFFFFFF)
+    host = np.flatnonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))
+    if not len(host) or host[-1] == len(host) - 1:
+        return {name: ev[name][: len(host)] for name in HOST_COLUMNS}
+    columns = {name: ev[name][host] for name in HOST_COLUMNS}
+    position = np.full(trace.num_events, NO_PARENT, dtype=np.int32)
+    position[host] = np.arange(len(host), dtype=np.int32)
+    parent = columns["parent"]
+    columns["parent"] = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_PARENT).astype(np.int32)
+    return columns
 
 
-def engine_roots(trace: Trace, host: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def thread_keys(hosts: dict[str, np.ndarray]) -> np.ndarray:
+    """One int64 per event naming its (pid, tid)."""
+    return hosts["pid"].astype(np.int64) * (1 << 32) + (hosts["tid"].astype(np.int64) & 0xFFFFFFFF)
+
+
+def engine_roots(hosts: dict[str, np.ndarray], keys: np.ndarray) -> np.ndarray:
     """The outermost events of the autograd engine's threads: those whose outermost events the
     reader made all backward, collectives or syncs, and some backward (see ``kineto.py``)."""
-    ev = trace.events
-    roots = host[ev["parent"][host] < 0]
-    phase = ev["phase"][roots]
+    roots = np.flatnonzero(hosts["parent"] < 0)
+    phase = hosts["phase"][roots]
     backward = PHASES.index("backward")
     others = np.isin(phase, [backward, PHASES.index("comm"), PHASES.index("sync")], invert=True)
     engine = np.setdiff1d(keys[roots][phase == backward], keys[roots][others])
     return roots[np.isin(keys[roots], engine)]
 
 
-def backward_waits(trace: Trace, host: np.ndarray, engine: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def backward_waits(hosts: dict[str, np.ndarray], engine: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per event, the seconds of its own time (not in a child event) that overlap the outermost
     events of the autograd engine's threads of its process (``engine``); 0 on those threads."""
-    ev = trace.events
-    waits = np.zeros(trace.num_events)
-    start, end = ev["start"], ev["start"] + ev["dur"]
+    pid, parent = hosts["pid"], hosts["parent"]
+    waits = np.zeros(len(pid))
+    start, end = hosts["start"], hosts["start"] + hosts["dur"]
     engine_threads = np.unique(keys[engine])
-    for pid in np.unique(ev["pid"][engine]).tolist():
-        roots = engine[ev["pid"][engine] == pid]
+    for process in np.unique(pid[engine]).tolist():
+        roots = engine[pid[engine] == process]
         spans = sorted(zip(start[roots].tolist(), end[roots].tolist()))
         merged: list[list[float]] = []
         for a, b in spans:
@@ -85,23 +102,21 @@ def backward_waits(trace: Trace, host: np.ndarray, engine: np.ndarray, keys: np.
                 merged.append([a, b])
         edges = np.asarray(merged).ravel()  # busy from each even edge to the next odd one
         busy = np.concatenate([[0.0], np.cumsum(np.diff(edges) * np.resize([1.0, 0.0], len(edges) - 1))])
-        mine = host[(ev["pid"][host] == pid) & ~np.isin(keys[host], engine_threads)]
-        overlap = np.zeros(trace.num_events)
-        overlap[mine] = np.interp(end[mine], edges, busy) - np.interp(start[mine], edges, busy)
-        inner = mine[ev["parent"][mine] >= 0]
-        np.add.at(waits, ev["parent"][inner], -overlap[inner])
-        waits[mine] += overlap[mine]
+        mine = np.flatnonzero((pid == process) & ~np.isin(keys, engine_threads))
+        overlap = np.interp(end[mine], edges, busy) - np.interp(start[mine], edges, busy)
+        inner = parent[mine] >= 0
+        np.add.at(waits, parent[mine[inner]], -overlap[inner])
+        waits[mine] += overlap
     return np.maximum(waits, 0.0)
 
 
 def _frames(
-    trace: Trace, events: np.ndarray, engine_frame: Frame | None
+    trace: Trace, hosts: dict[str, np.ndarray], order: np.ndarray, engine_frame: Frame | None
 ) -> tuple[list[Frame], np.ndarray, np.ndarray]:
-    """The frames of ``events`` (in the walk's order) numbered as the builder numbers them, in order
-    of first use (the engine's first), and per event its own frame and its ``<layer> (backward)``
-    frame (-1 when it has none)."""
-    ev = trace.events
-    kind, name, layer = ev["kind"][events], ev["name"][events], ev["layer"][events]
+    """The frames of the host events ``order`` (in the walk's order) numbered as the builder numbers
+    them, in order of first use (the engine's first), and per event its own frame and its
+    ``<layer> (backward)`` frame (-1 when it has none)."""
+    kind, name, layer = hosts["kind"][order], hosts["name"][order], hosts["layer"][order]
     size = len(trace.names) + 1
     layered = np.array([n.startswith((LAYER_PREFIX, MODULE_PREFIX)) for n in trace.names] + [False])[name]
     layered &= kind == ANNOTATION  # its frame is its layer's: keyed by the layer, others by name and kind
@@ -125,27 +140,27 @@ def _frames(
         dtype=np.int64,
     )
     own = own_of[own] if len(unique) else np.zeros(0, dtype=np.int64)
-    parent = ev["parent"][events]
-    parent_layer = np.where(parent >= 0, ev["layer"][np.maximum(parent, 0)] if trace.num_events else -1, -1)
-    backward = (ev["phase"][events] == PHASES.index("backward")) & (layer >= 0) & (layer != parent_layer)
+    parent = hosts["parent"][order]
+    parent_layer = np.where(parent >= 0, hosts["layer"][np.maximum(parent, 0)] if len(order) else -1, -1)
+    backward = (hosts["phase"][order] == PHASES.index("backward")) & (layer >= 0) & (layer != parent_layer)
     del parent, parent_layer
     layers, which = unique_ids(layer[backward].astype(np.int64), size)
     back_of = np.array(
         [number(Frame(f"{trace.names[i]} (backward)", kind="layer")) for i in layers.tolist()], dtype=np.int64
     )
-    back = np.full(len(events), -1, dtype=np.int64)
+    back = np.full(len(order), -1, dtype=np.int64)
     if len(layers):
         back[backward] = back_of[which]
     frames = list(index)
     # the builder numbers frames as the walk first meets them: the engine's, then each event's
     # backward layer frame (at 2k) and its own (at 2k + 1)
-    first = np.full(len(frames), 2 * len(events) + 1, dtype=np.int64)
+    first = np.full(len(frames), 2 * len(order) + 1, dtype=np.int64)
     np.minimum.at(first, own, 2 * np.arange(len(own)) + 1)
     has_back = np.flatnonzero(back >= 0)
     np.minimum.at(first, back[has_back], 2 * has_back)
     if engine_frame is not None:
         first[0] = -1
-    used = np.flatnonzero(first <= 2 * len(events))
+    used = np.flatnonzero(first <= 2 * len(order))
     ranked = used[np.argsort(first[used], kind="stable")]
     renumber = np.full(len(frames) + 1, -1, dtype=np.int64)
     renumber[ranked] = np.arange(len(ranked))
@@ -193,36 +208,30 @@ def _stack_walk(order, parent, frames, waited, sid, wait_sid, engine) -> tuple[l
 
 def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     ev = trace.events
-    n = trace.num_events
-    host = np.flatnonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))
-    children = np.zeros(n)
-    parent = ev["parent"]
-    has_parent = parent[host] >= 0
-    np.add.at(children, parent[host][has_parent], ev["dur"][host][has_parent])
-    del has_parent
-    keys = thread_keys(trace)  # (pid, tid) of each event, as one int64
-    engine = engine_roots(trace, host, keys)
-    waits = backward_waits(trace, host, engine, keys)
+    hosts = host_events(trace)
+    n = len(hosts["kind"])
+    parent = hosts["parent"]
+    has_parent = np.flatnonzero(parent >= 0)
+    children = np.bincount(parent[has_parent], weights=hosts["dur"][has_parent], minlength=n)
+    own_time = np.maximum(hosts["dur"] - children, 0.0)
+    del has_parent, children
+    keys = thread_keys(hosts)  # (pid, tid) of each event, as one int64
+    engine = engine_roots(hosts, keys)
+    wait = np.minimum(backward_waits(hosts, engine, keys), own_time)
     del keys
-    processes = [ProcessInfo(pid, "main") for pid in np.unique(ev["pid"][host]).tolist()]
+    processes = [ProcessInfo(pid, "main") for pid in np.unique(hosts["pid"]).tolist()]
     # the walk: host events by start, the longer first (a parent before its children)
-    order = host[nesting_order(ev["start"][host], ev["dur"][host])]
-    del host
-    own_time = np.maximum(ev["dur"][order] - children[order], 0.0)
-    del children
-    wait = np.minimum(waits[order], own_time)
-    del waits
-    end = ev["start"][order] + ev["dur"][order]
-    frames, own, back = _frames(trace, order, ENGINE if len(engine) else None)
+    order = nesting_order(hosts["start"], hosts["dur"]).astype(np.int32)
+    frames, own, back = _frames(trace, hosts, order, ENGINE if len(engine) else None)
     per_name, inverse = unique_ids(
-        ev["name"][order].astype(np.int64) * 8 + ev["kind"][order], 8 * len(trace.names)
+        hosts["name"][order].astype(np.int64) * 8 + hosts["kind"][order], 8 * len(trace.names)
     )
     phase_of = [declared_phase(k % 8, trace.names[k // 8]) for k in per_name.tolist()]
     declared = np.array([p is not None for p in phase_of] + [False], dtype=bool)[inverse]
     step = np.array([trace.names[k // 8].startswith(STEP_PREFIXES) for k in per_name.tolist()] + [False])[
         inverse
     ]
-    # per event of the trace: its three frames (engine, backward layer, own), by trace index
+    # per host event: its three frames (engine, backward layer, own)
     triple = np.full((n, 3), -1, dtype=np.int32)
     engine_root = np.zeros(n, dtype=bool)
     engine_root[engine] = True
@@ -231,45 +240,18 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     triple[order, 1] = back
     triple[order, 2] = own
     del back
-    waited = np.zeros(n, dtype=np.int8)
-    waited[order] = wait > 0
+    waited = (wait > 0).astype(np.int8)
     sid = np.full(n, -1, dtype=np.int32)
     wait_sid = np.full(n, -1, dtype=np.int32)
-    walk = (
-        order.astype(np.int64),
-        parent,
-        triple.ravel(),
-        waited,
-        sid,
-        wait_sid,
-        np.zeros(1, dtype=np.int32),
-    )
+    walk = (order.astype(np.int64), parent, triple.ravel(), waited, sid, wait_sid, np.zeros(1, np.int32))
     native = _native()
     stack_parent, stack_frame = native.stacks(*walk) if native is not None else _stack_walk(*walk)
     del walk, triple, waited
-    thread, firsts = thread_numbers(ev["pid"][order], ev["tid"][order])
+    thread, firsts = thread_numbers(hosts["pid"][order], hosts["tid"][order])
+    thread = thread.astype(np.int32)
     met = order[firsts]
-    threads = [ThreadInfo(p, t, "") for p, t in zip(ev["pid"][met].tolist(), ev["tid"][met].tolist())]
-    # per event, its own time less its wait, then its wait (under the engine's frame), when not 0
-    busy, waiting = own_time > wait, wait > 0
-    at = np.cumsum(busy.astype(np.int64) + waiting) - waiting  # where each event's last sample goes
-    total = int(at[-1] + waiting[-1]) if len(at) else 0
-    mine, theirs = np.flatnonzero(busy), np.flatnonzero(waiting)
-    mine_at, theirs_at = at[mine] - 1, at[theirs]
-    del at
-    sample_time = np.empty(total)
-    sample_time[mine_at], sample_time[theirs_at] = end[mine], end[theirs]
-    sample_thread = np.empty(total, dtype=np.int32)
-    sample_thread[mine_at], sample_thread[theirs_at] = thread[mine], thread[theirs]
-    sample_stack = np.empty(total, dtype=np.int32)
-    sample_stack[mine_at], sample_stack[theirs_at] = sid[order[mine]], wait_sid[order[theirs]]
-    del sid, wait_sid
-    sample_wall = np.empty(total)
-    sample_wall[mine_at] = own_time[mine] - wait[mine]
-    sample_wall[theirs_at] = wait[theirs]
-    sample_cpu = np.zeros(total)
-    sample_cpu[mine_at] = sample_wall[mine_at]  # waiting: wall time, no CPU
-    del own_time, wait, mine, theirs, mine_at, theirs_at
+    threads = [ThreadInfo(p, t, "") for p, t in zip(hosts["pid"][met].tolist(), hosts["tid"][met].tolist())]
+    end = hosts["start"][order] + hosts["dur"][order]
     scope = np.array([f.kind == "scope" for f in frames], dtype=bool)[own]
     marks = [
         Mark(t, th, "step", "user")
@@ -280,8 +262,23 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     for j in _last_of_each(own[named]).tolist():  # first met, with the phase it was last met with
         frame = frames[int(own[named[j]])]
         scope_phases[frame.name] = str(phase_of[inverse[named[j]]])
-    start = float(ev["start"].min()) if n else 0.0
-    stop = float((ev["start"] + ev["dur"]).max()) if n else 0.0
+    del scope, step, declared, named, own, inverse
+    # per event in the walk's order, its own time less its wait, then its wait (under the engine's
+    # frame): a sample each, when not 0
+    wait = wait[order]
+    busy = own_time[order] - wait
+    del own_time
+    kept = np.column_stack([busy > 0, wait > 0]).ravel()
+    sample_time = _pairs(kept, end, end)
+    del end
+    sample_thread = _pairs(kept, thread, thread, np.int32)
+    sample_stack = _pairs(kept, sid[order], wait_sid[order], np.int32)
+    del sid, wait_sid
+    sample_wall = _pairs(kept, busy, wait)
+    sample_cpu = _pairs(kept, busy, 0.0)  # waiting: wall time, no CPU
+    del busy, wait, kept
+    start = float(ev["start"].min()) if trace.num_events else 0.0
+    stop = float((ev["start"] + ev["dur"]).max()) if trace.num_events else 0.0
     profile = Profile(
         frames=frames,
         stack_parent=_int32(stack_parent),
@@ -301,6 +298,27 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     profile.trace = trace
     profile.counters = memory_counters(trace)
     return profile
+
+
+_CHUNK = 1 << 20  # events a time _pairs interleaves
+
+
+def _pairs(
+    kept: np.ndarray, first: np.ndarray, second: np.ndarray | float, dtype: type = np.float64
+) -> np.ndarray:
+    """Per event its two values, ``first`` then ``second``, one after the other, those ``kept`` (a flag
+    per value) alone; a million events at a time, so that no temporary is the size of the trace."""
+    out: np.ndarray = np.empty(int(np.count_nonzero(kept)), dtype=dtype)
+    at = 0
+    for low in range(0, len(first), _CHUNK):
+        high = min(low + _CHUNK, len(first))
+        both: np.ndarray = np.empty((high - low, 2), dtype=dtype)
+        both[:, 0] = first[low:high]
+        both[:, 1] = second[low:high] if isinstance(second, np.ndarray) else second
+        part = both.ravel()[kept[2 * low : 2 * high]]
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def _int32(column: bytearray | list[int]) -> np.ndarray:
