@@ -32,7 +32,7 @@ COMMANDS = (
 
 # Commands that read and write profiles and run no program: numpy's BLAS threads, started when
 # numpy is imported, only spin in them (a fifth of the CPU time of rendering 100k folded lines); and
-# their big arrays are mapped apart (commands/allocator.py).
+# glibc's malloc is tuned for their big arrays (commands/allocator.py).
 NO_PROGRAM = frozenset({"render", "report", "check", "diff", "dump", "merge", "import", "collapse"})
 
 
@@ -57,9 +57,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] in NO_PROGRAM:  # the command line, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads, below
-        from .commands.allocator import map_big_arrays
+        from .commands import allocator
 
-        map_big_arrays()
+        allocator.tune(sys.argv[1])
     words = sys.argv[1:] if argv is None else argv
     named = words[0] if words and words[0] in {name.rstrip("_") for name in COMMANDS} else None
     try:

@@ -1,5 +1,5 @@
-"""The commands that read whole traces map their big arrays apart, so that freeing one gives its
-memory back (commands/allocator.py)."""
+"""glibc's malloc tuned per command (commands/allocator.py): import's big arrays leave the process
+when freed; the readers' stay, and the next ones reuse them."""
 
 import platform
 import subprocess
@@ -7,49 +7,72 @@ import sys
 
 import pytest
 
-# Blocks of 9.6 MB, each followed by a small allocation that stays, are freed together; the first
-# 16 MB block, mapped and freed, is what makes glibc raise its threshold past the later ones.
-FREED = """
+# COUNT blocks of SIZE doubles, each followed by a small allocation that stays, are freed, then as
+# many made again and written. The first block, twice as big, mapped and freed, is what makes glibc
+# raise its threshold past the blocks (as far as 32 MB).
+BLOCKS = """
 import sys, numpy as np, psutil
-if sys.argv[1] == "fixed":
-    from flameprof.commands.allocator import map_big_arrays
-    assert map_big_arrays()
+mode, size, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if mode != "-":
+    from flameprof.commands.allocator import tune
+    assert tune(mode)
 proc = psutil.Process()
-np.ones(2_000_000)
+rss = lambda: proc.memory_info().rss
+np.ones(2 * size)
 blocks, kept = [], []
-for _ in range(30):
-    blocks.append(np.ones(1_200_000))
+for _ in range(count):
+    blocks.append(np.ones(size))
     kept.append(bytearray(64 << 10))
-before = proc.memory_info().rss
+before = rss()
 del blocks
-print((before - proc.memory_info().rss) >> 20)
+freed = before - rss()
+blocks = [np.empty(size) for _ in range(count)]
+start = rss()
+for block in blocks:
+    block[:] = 2.0
+print(freed >> 20, (rss() - start) >> 20)
 """
 
 
-def _freed_mb(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", FREED, mode], capture_output=True, text=True, check=True)
-    return int(out.stdout)
+def _blocks(mode: str, size: int, count: int) -> tuple[int, int]:
+    """MB that freeing the blocks gave back, and MB of new pages the next ones took."""
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCKS, mode, str(size), str(count)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    freed, grown = out.stdout.split()
+    return int(freed), int(grown)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the C library is not glibc")
-def test_freed_big_arrays_leave_the_process_only_with_the_threshold_fixed():
-    assert _freed_mb("fixed") >= 250  # 30 x 9.6 MB = 274 MB
-    assert _freed_mb("default") < 50  # glibc's own threshold: they stay in its heap
+def test_import_gives_freed_arrays_back():
+    small = (1_200_000, 30)  # 30 blocks of 9.6 MB: 274 MB
+    assert _blocks("import", *small)[0] >= 250
+    assert _blocks("-", *small)[0] < 50  # glibc's own threshold: they stay in its heap
 
 
-def test_the_reading_commands_fix_it_and_run_does_not(tmp_path):
-    """Only commands that run no program: ``run`` runs the program in its own process."""
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the C library is not glibc")
+def test_readers_reuse_freed_arrays():
+    big = (5_000_000, 8)  # 8 blocks of 40 MB: 305 MB
+    assert _blocks("report", *big)[1] < 50
+    assert _blocks("-", *big)[1] >= 250  # glibc maps them afresh, page by page
+
+
+def test_the_commands_tune_it_and_run_does_not():
+    """Each command that runs no program, as its own; never ``run``, which runs the program in its
+    own process."""
     probe = (
         "import sys, flameprof.commands.allocator as a, flameprof.cli as cli\n"
-        "calls = []\n"
-        "a.map_big_arrays = lambda: calls.append(1) or True\n"
+        "a.tune = lambda command: print('tuned', command, file=sys.stderr) or True\n"
         "sys.argv = ['flameprof', sys.argv[1], '--help']\n"
         "try:\n"
         "    cli.main()\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print('calls', len(calls), file=sys.stderr)\n"
     )
-    for command, calls in (("import", 1), ("report", 1), ("run", 0)):
+    for command in ("import", "report", "run"):
         out = subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True)
-        assert f"calls {calls}" in out.stderr, (command, out.stderr)
+        tuned = [line for line in out.stderr.splitlines() if line.startswith("tuned")]
+        assert tuned == ([] if command == "run" else [f"tuned {command}"]), (command, out.stderr)
