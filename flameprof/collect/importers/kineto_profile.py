@@ -49,6 +49,8 @@ def read_kineto_document(document: TraceDocument, source: str) -> Profile:
 ENGINE = Frame("autograd engine (backward)", kind="scope")
 
 
+_CHUNK = 1 << 20  # events a time the passes over every host event take
+
 HOST_COLUMNS = ("kind", "name", "start", "dur", "pid", "tid", "layer", "phase", "parent")
 
 
@@ -87,13 +89,13 @@ def engine_roots(hosts: dict[str, np.ndarray], keys: np.ndarray) -> np.ndarray:
 def backward_waits(hosts: dict[str, np.ndarray], engine: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per event, the seconds of its own time (not in a child event) that overlap the outermost
     events of the autograd engine's threads of its process (``engine``); 0 on those threads."""
-    pid, parent = hosts["pid"], hosts["parent"]
-    waits = np.zeros(len(pid))
-    start, end = hosts["start"], hosts["start"] + hosts["dur"]
+    pid, parent, start, dur = hosts["pid"], hosts["parent"], hosts["start"], hosts["dur"]
+    n = len(pid)
+    waits = np.zeros(n)
     engine_threads = np.unique(keys[engine])
     for process in np.unique(pid[engine]).tolist():
         roots = engine[pid[engine] == process]
-        spans = sorted(zip(start[roots].tolist(), end[roots].tolist()))
+        spans = sorted(zip(start[roots].tolist(), (start[roots] + dur[roots]).tolist()))
         merged: list[list[float]] = []
         for a, b in spans:
             if merged and a <= merged[-1][1]:
@@ -102,11 +104,14 @@ def backward_waits(hosts: dict[str, np.ndarray], engine: np.ndarray, keys: np.nd
                 merged.append([a, b])
         edges = np.asarray(merged).ravel()  # busy from each even edge to the next odd one
         busy = np.concatenate([[0.0], np.cumsum(np.diff(edges) * np.resize([1.0, 0.0], len(edges) - 1))])
-        mine = np.flatnonzero((pid == process) & ~np.isin(keys, engine_threads))
-        overlap = np.interp(end[mine], edges, busy) - np.interp(start[mine], edges, busy)
-        inner = parent[mine] >= 0
-        np.add.at(waits, parent[mine[inner]], -overlap[inner])
-        waits[mine] += overlap
+        for low in range(0, n, _CHUNK):  # a million events at a time: no temporary the trace's size
+            high = min(low + _CHUNK, n)
+            mine = low + np.flatnonzero((pid[low:high] == process) & ~np.isin(keys[low:high], engine_threads))
+            begin = start[mine]
+            overlap = np.interp(begin + dur[mine], edges, busy) - np.interp(begin, edges, busy)
+            inner = parent[mine] >= 0
+            np.subtract.at(waits, parent[mine[inner]], overlap[inner])
+            waits[mine] += overlap
     return np.maximum(waits, 0.0)
 
 
@@ -298,9 +303,6 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     profile.trace = trace
     profile.counters = memory_counters(trace)
     return profile
-
-
-_CHUNK = 1 << 20  # events a time _pairs interleaves
 
 
 def _pairs(
