@@ -21,7 +21,7 @@ import numpy as np
 from ...model.counters import TORCH_ALLOCATED_BYTES
 from ...model.phase_names import PHASES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
-from ...model.trace import ANNOTATION, NO_PARENT, OP, RUNTIME, Trace, nesting_order
+from ...model.trace import ANNOTATION, OP, RUNTIME, Trace, nesting_order
 from .kineto import (
     LAYER_PREFIX,
     MODULE_PREFIX,
@@ -49,25 +49,21 @@ def read_kineto_document(document: TraceDocument, source: str) -> Profile:
 ENGINE = Frame("autograd engine (backward)", kind="scope")
 
 
-_CHUNK = 1 << 20  # events a time the passes over every host event take
+_CHUNK = 1 << 20  # events at a time, in the passes over every host event
 
 HOST_COLUMNS = ("kind", "name", "start", "dur", "pid", "tid", "layer", "phase", "parent")
 
 
 def host_events(trace: Trace) -> dict[str, np.ndarray]:
     """The columns the samples are made from, of the host events alone (ops, annotations, runtime
-    calls), ``parent`` numbered among them: views of the trace's first rows where those are the host
-    events (as the reader writes them), so that nothing the size of the trace is copied."""
+    calls): the trace's first rows, where the reader writes them (``parent`` then numbers them among
+    themselves), as views, so that nothing the size of the trace is copied."""
     ev = trace.events
-    host = np.flatnonzero(np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME)))
-    if not len(host) or host[-1] == len(host) - 1:
-        return {name: ev[name][: len(host)] for name in HOST_COLUMNS}
-    columns = {name: ev[name][host] for name in HOST_COLUMNS}
-    position = np.full(trace.num_events, NO_PARENT, dtype=np.int32)
-    position[host] = np.arange(len(host), dtype=np.int32)
-    parent = columns["parent"]
-    columns["parent"] = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_PARENT).astype(np.int32)
-    return columns
+    host = np.isin(ev["kind"], (OP, ANNOTATION, RUNTIME))
+    count = int(np.count_nonzero(host))
+    if not host[:count].all():
+        raise ValueError("a trace whose host events are not its first rows")
+    return {name: ev[name][:count] for name in HOST_COLUMNS}
 
 
 def thread_keys(hosts: dict[str, np.ndarray]) -> np.ndarray:
