@@ -81,8 +81,8 @@ def _us(seconds: np.ndarray) -> np.ndarray:
 def check_storable(profile: Profile) -> None:
     """Raise ValueError, as ``dumps`` would, when a time or a weight is past what the file stores: for
     a command that must refuse before writing anything else."""
-    for column in (profile.sample_time, profile.sample_wall, profile.sample_cpu):
-        _us(column[:0] if not len(column) else column[[int(np.argmax(np.abs(column)))]])
+    for name in _TIMES:
+        _check_us(getattr(profile, name))
 
 
 def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
@@ -97,8 +97,7 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
         "marks.json": [mark_row(m) for m in profile.marks],
         "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
     }
-    for name in _TIMES:  # checked before anything is written, converted as each is written
-        _check_us(getattr(profile, name))
+    check_storable(profile)  # before anything is written; each column converted as it is written
     columns: dict[str, Any] = {
         "stack_parent": lambda: profile.stack_parent.astype(np.int32, copy=False),
         "stack_frame": lambda: profile.stack_frame.astype(np.int32, copy=False),
