@@ -968,10 +968,18 @@ flameprof_sampler_mark_start(Sampler *s)
  * since the previous tick, given to where the program is at this one, and the next tick took
  * all of it: a long run of the hooks (folding samples past the memory limit: tens of
  * milliseconds; a few, waiting for the GIL) went to one stack, wherever the program was when the
- * clock got back. The totals stay whole. */
+ * clock got back. The totals stay whole.
+ * Not while another thread's sample is in progress (the main thread's, in a pending call, whose
+ * callback let the GIL go and the clock run its hooks): that sample has taken its tick's time
+ * against the previous tick, and moving the previous tick past it would give its rows negative
+ * wall and CPU times (seen in forked DataLoader workers, whose first sample asks Python about
+ * every thread while the clock's first run of the hooks writes their part). Those hooks' time
+ * then goes to the next tick, as it did before it was spread. */
 void
 flameprof_sampler_unwatched(Sampler *s, double seconds)
 {
+    if (s->sampling)
+        return;
     double now = flameprof_monotonic(), start = s->last_tick;
     s->last_tick = start + seconds < now ? start + seconds : now;
     s->unwatched += s->last_tick - start;

@@ -228,6 +228,60 @@ def sleeping(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def test_the_tick_hooks_run_inside_the_main_threads_sample_leave_its_times_non_negative():
+    """The main thread samples itself (a pending call); a layer hook there that lets the GIL go lets
+    the clock run its tick hooks in the middle of that sample. Their time, spread over the next
+    ticks, moved the previous tick past the one being taken: its rows got negative wall and CPU
+    times (-29 ms with these hooks), which made a forked DataLoader worker's part unreadable."""
+    proc = run_script("""
+        import threading, time
+        from flameprof.collect.engine.c_sampler import CSampler
+        from flameprof.model.builder import ProfileBuilder
+        from flameprof.model.records import Frame
+        from flameprof.model.validate import check_profile
+
+        waiting, hooks_ran = threading.Event(), threading.Event()
+
+        class Layer:
+            def forward(self):
+                end = time.perf_counter() + 0.001
+                while time.perf_counter() < end:
+                    pass
+
+        def layer_hook(frame):
+            if threading.current_thread() is threading.main_thread() and not waiting.is_set():
+                waiting.set()
+                hooks_ran.wait(5)  # the GIL let go until the clock has run its hooks
+                time.sleep(0.05)  # and ended that run meanwhile
+            return Frame("layer", kind="layer")
+
+        def tick_hook():
+            if waiting.is_set() and not hooks_ran.is_set():
+                hooks_ran.set()
+                end = time.perf_counter() + 0.02
+                while time.perf_counter() < end:
+                    pass
+
+        builder = ProfileBuilder()
+        sampler = CSampler(builder, rate=1000)
+        sampler.frame_hooks[Layer.forward.__code__] = layer_hook
+        sampler.tick_hooks.append(tick_hook)
+        sampler.start()
+        layers = []  # kept: a hook's result is cached per object
+        end = time.perf_counter() + 10
+        while not hooks_ran.is_set() and time.perf_counter() < end:
+            layers.append(Layer())
+            layers[-1].forward()
+        for _ in range(200):
+            layers[-1].forward()
+        sampler.stop()
+        profile = builder.build()
+        check_profile(profile)
+        print(hooks_ran.is_set(), profile.sample_wall.min() >= 0, profile.sample_cpu.min() >= 0)
+    """)
+    assert proc.stdout.split() == ["True", "True", "True"], proc.stderr
+
+
 @pytest.mark.parametrize("sampler_class", [CSampler, PythonSampler])
 def test_cpu_time_at_1khz_goes_to_the_stacks_that_spent_it(sampler_class):
     """The C sampler reads a thread's CPU clock at most every 5 ms and shares it over the rows since:

@@ -277,6 +277,63 @@ if __name__ == "__main__":
 """
 
 
+CUT_FORK = """
+import os, threading, time
+from flameprof.collect.engine.session import SESSION
+from flameprof.model.records import Frame
+
+in_hook, forked = threading.Event(), threading.Event()
+
+class Layer:
+    def forward(self):
+        while not forked.is_set():
+            sum(range(100))
+
+def layer_hook(frame):
+    # in the clock thread's sample of the worker: the GIL let go until the main thread has forked
+    if threading.current_thread() is not threading.main_thread() and not in_hook.is_set():
+        in_hook.set()
+        forked.wait(10)
+    return Frame("layer", kind="layer")
+
+def spin_in_child():
+    end = time.perf_counter() + 0.4
+    while time.perf_counter() < end:
+        pass
+
+SESSION.sampler.frame_hooks[Layer.forward.__code__] = layer_hook
+worker = threading.Thread(target=Layer().forward)
+worker.start()
+assert in_hook.wait(10)
+pid = os.fork()
+if pid == 0:
+    spin_in_child()
+    os._exit(0)
+forked.set()
+worker.join()
+os.waitpid(pid, 0)
+print("child", pid)
+"""
+
+
+def test_a_child_forked_in_the_middle_of_a_sample_is_profiled(tmp_path):
+    """The fork cut the clock thread's sample of another thread (its layer hook let the GIL go):
+    the child dropped its parent's samples before that cut sample, which refuses, and ran
+    unprofiled."""
+    script = tmp_path / "cut.py"
+    script.write_text(CUT_FORK)
+    proc = run_flameprof("run", "-q", "-o", str(tmp_path / "out"), "--rate", "500", str(script), timeout=120)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    child = int(proc.stdout.split()[-1])
+    profile = storage.load(tmp_path / "out" / "profile.flameprof")
+    assert child in {p.pid for p in profile.processes}, profile.processes
+    in_child = [t.pid == child for t in profile.threads]
+    walls = profile.sample_wall[[in_child[t] for t in profile.sample_thread.tolist()]]
+    assert 0.3 < walls.sum() < 0.6, walls.sum()  # its 0.4 s of spinning
+    (forked,) = [label for label in seconds_by_process(profile) if label.startswith("fork of pid")]
+    assert seconds_by_process(profile)[forked]["spin_in_child"] > 0.3
+
+
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
 def test_dataloader_workers_appear_by_role(tmp_path, start_method):
     script = tmp_path / "loader.py"

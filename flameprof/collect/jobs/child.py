@@ -341,8 +341,10 @@ def _after_fork_in_child() -> None:
         SESSION.lock = threading.RLock()
         builder = sampler.builder
         builder.lock = threading.RLock()
-        builder.forget_samples()  # the parent's samples are in its own part
+        # first: a sample the fork cut (a callback of the parent's clock thread let the forking
+        # thread in) is dropped here, and until it is no sample can be discarded
         sampler.reset_after_fork()
+        builder.forget_samples()  # the parent's samples are in its own part
         sampler.pid = os.getpid()
         old = SESSION.counters
         if old is not None:
