@@ -100,9 +100,8 @@ def backward_waits(hosts: dict[str, np.ndarray], engine: np.ndarray, keys: np.nd
                 merged.append([a, b])
         edges = np.asarray(merged).ravel()  # busy from each even edge to the next odd one
         busy = np.concatenate([[0.0], np.cumsum(np.diff(edges) * np.resize([1.0, 0.0], len(edges) - 1))])
-        for low in range(0, n, _CHUNK):  # a million events at a time: no temporary the trace's size
-            high = min(low + _CHUNK, n)
-            mine = low + np.flatnonzero((pid[low:high] == process) & ~np.isin(keys[low:high], engine_threads))
+        for part in _slices(n):
+            mine = part.start + np.flatnonzero((pid[part] == process) & ~np.isin(keys[part], engine_threads))
             begin = start[mine]
             overlap = np.interp(begin + dur[mine], edges, busy) - np.interp(begin, edges, busy)
             inner = parent[mine] >= 0
@@ -232,6 +231,14 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     step = np.array([trace.names[k // 8].startswith(STEP_PREFIXES) for k in per_name.tolist()] + [False])[
         inverse
     ]
+    scope = np.array([f.kind == "scope" for f in frames], dtype=bool)[own]
+    stepped = np.flatnonzero(scope & step)  # step annotations (a mark at each one's end), in the walk
+    scope_phases: dict[str, str] = {}
+    named = np.flatnonzero(scope & declared)
+    for j in _last_of_each(own[named]).tolist():  # first met, with the phase it was last met with
+        frame = frames[int(own[named[j]])]
+        scope_phases[frame.name] = str(phase_of[inverse[named[j]]])
+    del per_name, inverse, step, scope, named  # before the walk, where the most is held
     # per host event: its three frames (engine, backward layer, own)
     triple = np.full((n, 3), -1, dtype=np.int32)
     engine_root = np.zeros(n, dtype=bool)
@@ -240,7 +247,7 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     del engine_root
     triple[order, 1] = back
     triple[order, 2] = own
-    del back
+    del back, own, declared
     waited = (wait > 0).astype(np.int8)
     sid = np.full(n, -1, dtype=np.int32)
     wait_sid = np.full(n, -1, dtype=np.int32)
@@ -252,34 +259,34 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     thread = thread.astype(np.int32)
     met = order[firsts]
     threads = [ThreadInfo(p, t, "") for p, t in zip(hosts["pid"][met].tolist(), hosts["tid"][met].tolist())]
-    end = hosts["start"][order] + hosts["dur"][order]
-    scope = np.array([f.kind == "scope" for f in frames], dtype=bool)[own]
-    marks = [
-        Mark(t, th, "step", "user")
-        for t, th in zip(end[scope & step].tolist(), thread[scope & step].tolist())
-    ]
-    scope_phases: dict[str, str] = {}
-    named = np.flatnonzero(scope & declared)
-    for j in _last_of_each(own[named]).tolist():  # first met, with the phase it was last met with
-        frame = frames[int(own[named[j]])]
-        scope_phases[frame.name] = str(phase_of[inverse[named[j]]])
-    del scope, step, declared, named, own, inverse
+    at = order[stepped]
+    ends = hosts["start"][at] + hosts["dur"][at]
+    marks = [Mark(t, th, "step", "user") for t, th in zip(ends.tolist(), thread[stepped].tolist())]
+    del stepped, at, ends
     # per event in the walk's order, its own time less its wait, then its wait (under the engine's
-    # frame): a sample each, when not 0
-    wait = wait[order]
-    busy = own_time[order] - wait
+    # frame): a sample each, at the event's end, when not 0. Column by column, each input dropped
+    # after its last use: the inputs and the columns together topped an import's memory
+    busy = own_time
+    busy -= wait
     del own_time
-    kept = np.column_stack([busy > 0, wait > 0]).ravel()
-    sample_time = _pairs(kept, end, end)
+    kept = _kept(order, busy, wait)
+    end = hosts["start"] + hosts["dur"]
+    sample_time = _pairs(order, kept, end, end)
     del end
-    sample_thread = _pairs(kept, thread, thread, np.int32)
-    sample_stack = _pairs(kept, sid[order], wait_sid[order], np.int32)
+    event_thread = np.empty(n, dtype=np.int32)  # each event's thread, by the event as the trace has it
+    event_thread[order] = thread
+    del thread
+    sample_thread = _pairs(order, kept, event_thread, event_thread, np.int32)
+    del event_thread
+    sample_stack = _pairs(order, kept, sid, wait_sid, np.int32)
     del sid, wait_sid
-    sample_wall = _pairs(kept, busy, wait)
-    sample_cpu = _pairs(kept, busy, 0.0)  # waiting: wall time, no CPU
-    del busy, wait, kept
+    sample_cpu = _pairs(order, kept, busy, 0.0)  # waiting: wall time, no CPU
+    sample_wall = _pairs(order, kept, busy, wait)
+    del order, busy, wait, kept
     start = float(ev["start"].min()) if trace.num_events else 0.0
-    stop = float((ev["start"] + ev["dur"]).max()) if trace.num_events else 0.0
+    stop = max(
+        (float((ev["start"][at] + ev["dur"][at]).max()) for at in _slices(trace.num_events)), default=0.0
+    )
     profile = Profile(
         frames=frames,
         stack_parent=_int32(stack_parent),
@@ -301,21 +308,41 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     return profile
 
 
+def _slices(n: int) -> list[slice]:
+    """``0:n`` a million at a time: the passes over every event make no temporary the trace's size."""
+    return [slice(low, min(low + _CHUNK, n)) for low in range(0, n, _CHUNK)]
+
+
+def _kept(order: np.ndarray, busy: np.ndarray, wait: np.ndarray) -> np.ndarray:
+    """Per host event in the walk's ``order``, whether its busy time, then its wait, makes a sample."""
+    kept = np.zeros(2 * len(order), dtype=bool)
+    for part in _slices(len(order)):
+        at = order[part]
+        kept[2 * part.start : 2 * part.stop : 2] = busy[at] > 0
+        kept[2 * part.start + 1 : 2 * part.stop : 2] = wait[at] > 0
+    return kept
+
+
 def _pairs(
-    kept: np.ndarray, first: np.ndarray, second: np.ndarray | float, dtype: type = np.float64
+    order: np.ndarray,
+    kept: np.ndarray,
+    first: np.ndarray,
+    second: np.ndarray | float,
+    dtype: type = np.float64,
 ) -> np.ndarray:
-    """Per event its two values, ``first`` then ``second``, one after the other, those ``kept`` (a flag
-    per value) alone; a million events at a time, so that no temporary is the size of the trace."""
+    """A sample column: per host event in the walk's ``order``, its value in ``first`` then in
+    ``second`` (columns by the event), those ``kept`` alone; a million events at a time, so that no
+    temporary is the size of the trace."""
     out: np.ndarray = np.empty(int(np.count_nonzero(kept)), dtype=dtype)
-    at = 0
-    for low in range(0, len(first), _CHUNK):
-        high = min(low + _CHUNK, len(first))
-        both: np.ndarray = np.empty((high - low, 2), dtype=dtype)
-        both[:, 0] = first[low:high]
-        both[:, 1] = second[low:high] if isinstance(second, np.ndarray) else second
-        part = both.ravel()[kept[2 * low : 2 * high]]
-        out[at : at + len(part)] = part
-        at += len(part)
+    filled = 0
+    for part in _slices(len(order)):
+        at = order[part]
+        both: np.ndarray = np.empty((len(at), 2), dtype=dtype)
+        both[:, 0] = first[at]
+        both[:, 1] = second[at] if isinstance(second, np.ndarray) else second
+        chosen = both.ravel()[kept[2 * part.start : 2 * part.stop]]
+        out[filled : filled + len(chosen)] = chosen
+        filled += len(chosen)
     return out
 
 
