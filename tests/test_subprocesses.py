@@ -317,9 +317,9 @@ print("child", pid)
 
 
 def test_a_child_forked_in_the_middle_of_a_sample_is_profiled(tmp_path):
-    """The fork cut the clock thread's sample of another thread (its layer hook let the GIL go):
-    the child dropped its parent's samples before that cut sample, which refuses, and ran
-    unprofiled."""
+    """The fork cuts the clock thread's sample of another thread (its layer hook lets the GIL go).
+    The child discarded its parent's samples before dropping that cut sample, a discard refused
+    while a sample is in progress, and it ran unprofiled."""
     script = tmp_path / "cut.py"
     script.write_text(CUT_FORK)
     proc = run_flameprof("run", "-q", "-o", str(tmp_path / "out"), "--rate", "500", str(script), timeout=120)
