@@ -720,12 +720,15 @@ element_at(Scanner *s, uc *p, uc *end, uc **out, Row *row, int *keep)
     return resolve(s, fields, row, keep);
 }
 
+/* Pids and tids, devices and streams (a, b) are kept as the trace model keeps them, in 32 bits
+ * (a wider value wraps, as numpy's cast wraps it): the rows of a big trace are its import's most. */
 static int
 commit(Scanner *s, const Row *row)
 {
+    int32_t a = (int32_t)(uint32_t)(uint64_t)row->a, b = (int32_t)(uint32_t)(uint64_t)row->b;
     if (append(&s->kind, &row->kind, 1) < 0 || append(&s->name, &row->name, 4) < 0
-        || append(&s->ts, &row->ts, 8) < 0 || append(&s->dur, &row->dur, 8) < 0 || append(&s->a, &row->a, 8) < 0
-        || append(&s->b, &row->b, 8) < 0 || append(&s->c, &row->c, 8) < 0 || append(&s->d, &row->d, 8) < 0
+        || append(&s->ts, &row->ts, 8) < 0 || append(&s->dur, &row->dur, 8) < 0 || append(&s->a, &a, 4) < 0
+        || append(&s->b, &b, 4) < 0 || append(&s->c, &row->c, 8) < 0 || append(&s->d, &row->d, 8) < 0
         || append(&s->x, &row->x, 8) < 0 || append(&s->dims, &row->dims, 4) < 0
         || append(&s->concrete, &row->concrete, 4) < 0 || append(&s->types, &row->types, 4) < 0)
         return -1;

@@ -8,6 +8,8 @@ import gzip
 import io
 import json
 import tracemalloc
+import zipfile
+from copy import deepcopy
 
 import numpy as np
 import pytest
@@ -17,7 +19,9 @@ from kineto_traces import comm_steps, ddp_step, gpu_step
 from flameprof.collect.importers import json_stream, kineto, kineto_profile
 from flameprof.collect.importers.kineto import decode_document, read_trace
 from flameprof.collect.importers.kineto_profile import read_kineto
-from flameprof.model.trace import EVENT_COLUMNS, MEMORY_COLUMNS, nesting_order
+from flameprof.collect.importers.load import load_input
+from flameprof.model import storage
+from flameprof.model.trace import DEVICE_KINDS, EVENT_COLUMNS, MEMORY_COLUMNS, nesting_order
 
 native = pytest.importorskip("flameprof._kineto", reason="the C reader is not built")
 
@@ -399,3 +403,73 @@ def test_nesting_order_is_a_lexsort_by_start_then_longer_first(seed):
     order = nesting_order(start, dur)
     assert (order == np.lexsort((-dur, start))).all()
     assert len(np.unique(start)) < n / 2 and (np.diff(start) < 0).any()  # ties, and out of order
+
+
+def test_the_import_writes_each_trace_column_before_the_samples_exist(tmp_path, monkeypatch):
+    """``flameprof import`` of a trace writes each of its columns to the file as it is made and
+    makes the samples afterwards from the host events' columns alone (the trace's columns and its
+    samples were held together at the end: 0.33x the JSON of a 2 GB trace), and the file is the
+    one a profile read whole and saved makes, member for member."""
+    data = json.dumps(_odd_trace(3)).encode()
+    trace_file, streamed, saved = (
+        tmp_path / "t.json",
+        tmp_path / "streamed.flameprof",
+        tmp_path / "saved.flameprof",
+    )
+    trace_file.write_bytes(data)
+    written: list[str] = []
+    column, samples = storage.ProfileWriter.column, kineto_profile.profile_of_hosts
+    monkeypatch.setattr(
+        storage.ProfileWriter,
+        "column",
+        lambda self, name, *parts: (written.append(name), column(self, name, *parts)),
+    )
+    monkeypatch.setattr(
+        kineto_profile, "profile_of_hosts", lambda *args: (written.append("samples"), samples(*args))[1]
+    )
+    profile = load_input(str(trace_file), output=str(streamed))
+    monkeypatch.undo()
+    assert written.index("samples") == len(EVENT_COLUMNS) + len(MEMORY_COLUMNS)
+    assert profile.trace is None and profile.num_samples > 0
+    storage.save(read_kineto(data, str(trace_file)), saved)
+    with zipfile.ZipFile(streamed) as a, zipfile.ZipFile(saved) as b:
+        assert sorted(a.namelist()) == sorted(b.namelist())
+        for name in a.namelist():
+            assert a.read(name) == b.read(name), name
+
+
+def test_correlation_ids_past_32_bits_link_kernels_as_small_ones_do():
+    """Sequence numbers and correlation ids are held in 32 bits only when every one fits: a trace
+    whose second step's ids are its first's plus 2**32 still ties each kernel to the runtime call
+    that launched it (in 32 bits the first step's kernels would take the second step's calls)."""
+    events = gpu_step()["traceEvents"]
+    step = max(e.get("ts", 0) + e.get("dur", 0) for e in events) + 100
+    second = deepcopy(events)
+    for event in second:
+        event["ts"] = event.get("ts", 0) + step
+        args = event.get("args", {})
+        for key in ("correlation", "External id", "Sequence number"):
+            if isinstance(args.get(key), int) and args[key] >= 0:
+                args[key] += 1 << 32
+    one = read_trace(decode_document(json.dumps({"traceEvents": events}).encode(), "t.json"), "t.json")[0]
+    both = read_trace(
+        decode_document(json.dumps({"traceEvents": events + second}).encode(), "t.json"), "t.json"
+    )[0]
+    ev = both.events
+    device = np.flatnonzero(np.isin(ev["kind"], DEVICE_KINDS))
+    linked = device[ev["parent"][device] >= 0]
+    launched_one = int((one.events["parent"][np.isin(one.events["kind"], DEVICE_KINDS)] >= 0).sum())
+    assert launched_one > 0 and len(linked) == 2 * launched_one
+    launch = ev["parent"][linked]
+    assert (ev["start"][launch] <= ev["start"][linked]).all()  # each kernel after its own launch
+    assert (ev["start"][linked] - ev["start"][launch] < step / 1e6).all()  # in its own step
+
+
+def test_a_trace_of_no_host_event_leaves_no_file(tmp_path):
+    """The import refuses a trace with nothing to sample in one error line, and the file it was
+    writing as it read is not left behind."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {}}
+    path, out = tmp_path / "t.json", tmp_path / "out.flameprof"
+    path.write_text(json.dumps({"traceEvents": [kernel]}))
+    assert_one_error_line(run_flameprof("import", str(path), "-o", str(out)), "no stacks found")
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]

@@ -8,7 +8,6 @@ import argparse
 import sys
 
 from ..collect.importers.detect import FORMATS
-from ..errors import FlameprofError
 from .options import positive_rate
 
 IMPORT_FORMATS = tuple(f for f in FORMATS if f != "flameprof")
@@ -46,21 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..collect.importers.folded import counts_to_seconds
     from ..collect.importers.load import load_input
-    from ..model import storage
 
     source = "<stdin>" if args.input == "-" else args.input
-    # a trace is streamed, folded text read a chunk at a time: either may be gigabytes
-    profile = load_input(args.input, args.strict, args.fmt)
-    if args.rate:
-        profile = counts_to_seconds(profile, args.rate)
-    try:
-        storage.save(profile, args.output)
-    except OSError as exc:
-        raise FlameprofError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # counts too large for the file format
-        raise FlameprofError(f"{source}: {exc}") from None
+    # a trace is streamed into the file as it is read, folded text read a chunk at a time: either
+    # may be gigabytes. Counts become seconds before anything is written
+    profile = load_input(args.input, args.strict, args.fmt, output=args.output, rate=args.rate)
     print(
         f"flameprof: imported {profile.num_samples} samples of {len(profile.threads)} thread(s) from "
         f"{source} "

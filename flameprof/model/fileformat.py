@@ -47,6 +47,19 @@ class ZipSink(Protocol):
     def close(self) -> None: ...
 
 
+def open_zip(fh: ZipSink, compress: bool = False) -> zipfile.ZipFile:
+    """A zip being written to ``fh``, its members added in any order (``write_member``)."""
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    return zipfile.ZipFile(fh, "w", method, compresslevel=ZIP_LEVEL if compress else None)
+
+
+def write_member(zf: zipfile.ZipFile, name: str, chunks: Iterable[bytes | memoryview]) -> None:
+    """Add ``name`` to ``zf`` from its bytes in chunks: a column is written as it is made, not held."""
+    with zf.open(name, "w") as out:
+        for chunk in chunks:
+            out.write(chunk)
+
+
 def write_zip(
     fh: ZipSink,
     tables: dict[str, str],
@@ -54,15 +67,12 @@ def write_zip(
     compress: bool = False,
 ) -> None:
     """Write the zip to ``fh``: ``tables`` maps ``name.json`` to JSON text; ``members`` yields
-    (file name, its bytes in chunks), so a column is written as it is made, never held whole."""
-    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-    with zipfile.ZipFile(fh, "w", method, compresslevel=ZIP_LEVEL if compress else None) as zf:
+    (file name, its bytes in chunks)."""
+    with open_zip(fh, compress) as zf:
         for name, text in tables.items():
             zf.writestr(name, text)
         for name, chunks in members:
-            with zf.open(name, "w") as out:
-                for chunk in chunks:
-                    out.write(chunk)
+            write_member(zf, name, chunks)
 
 
 def pack(tables: dict[str, str], columns: dict[str, bytes], compress: bool = True) -> bytes:

@@ -24,7 +24,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -38,10 +40,11 @@ from .fileformat import (
     frame_row,
     json_text,
     mark_row,
+    open_zip,
     pack,
     process_row,
     thread_row,
-    write_zip,
+    write_member,
 )
 from .npy import read_column
 from .phase_names import PHASES, TRACE_PHASES_BEFORE_SHARED
@@ -63,14 +66,15 @@ def _npy_header(dtype: np.dtype, rows: int) -> bytes:
     return head.getvalue()
 
 
-def _npy(array: np.ndarray) -> Iterator[bytes | memoryview]:
+def _npy(*parts: np.ndarray) -> Iterator[bytes | memoryview]:
     """A column's ``.npy`` bytes, as ``np.save`` writes them, in chunks: the header, then the column's
-    own memory a slice at a time (no copy of a column of millions is made to write it)."""
-    array = np.ascontiguousarray(array)
-    yield _npy_header(array.dtype, len(array))
-    data = array.data.cast("B")
-    for at in range(0, len(data), _CHUNK):
-        yield data[at : at + _CHUNK]
+    own memory a slice at a time (no copy of a column of millions is made to write it). The column
+    may come in ``parts`` of one type, one after the other (never joined)."""
+    yield _npy_header(parts[0].dtype, sum(len(part) for part in parts))
+    for part in parts:
+        data = np.ascontiguousarray(part).data.cast("B")
+        for at in range(0, len(data), _CHUNK):
+            yield data[at : at + _CHUNK]
 
 
 def _npy_us(seconds: np.ndarray) -> Iterator[bytes | memoryview]:
@@ -103,6 +107,24 @@ def check_storable(profile: Profile) -> None:
         _check_us(getattr(profile, name))
 
 
+def trace_table(
+    names: list[str],
+    steps: list[tuple[float, float]],
+    params: dict[str, tuple[int, int]],
+    devices: dict[int, tuple[str, int, int]],
+) -> str:
+    """``trace.json``: the traced window's names and what it has besides its columns."""
+    return json_text(
+        {
+            "names": names,
+            "steps": steps,
+            "params": params,
+            "phases": list(PHASES),
+            "devices": [[i, *device] for i, device in sorted(devices.items())],
+        }
+    )
+
+
 def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
     """The file's JSON tables as text, and a callable per ``.npy`` column making its bytes (made one
     at a time as they are written: a copy of every column at once would double the memory)."""
@@ -115,6 +137,7 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
         "marks.json": [mark_row(m) for m in profile.marks],
         "counters.json": {k: [t.tolist(), v.tolist()] for k, (t, v) in profile.counters.items()},
     }
+    texts = {name: json_text(table) for name, table in tables.items()}
     check_storable(profile)  # before anything is written; each column converted as it is written
     columns: dict[str, Any] = {
         "stack_parent": lambda: _npy(profile.stack_parent.astype(np.int32, copy=False)),
@@ -128,16 +151,10 @@ def _contents(profile: Profile) -> tuple[dict[str, str], dict[str, Any]]:
     }
     if profile.trace is not None:
         trace = profile.trace
-        tables["trace.json"] = {
-            "names": trace.names,
-            "steps": trace.steps,
-            "params": trace.params,
-            "phases": list(PHASES),
-            "devices": [[i, *device] for i, device in sorted(trace.devices.items())],
-        }
+        texts["trace.json"] = trace_table(trace.names, trace.steps, trace.params, trace.devices)
         columns.update({f"trace_events_{k}": (lambda v=v: _npy(v)) for k, v in trace.events.items()})
         columns.update({f"trace_memory_{k}": (lambda v=v: _npy(v)) for k, v in trace.memory.items()})
-    return {name: json_text(table) for name, table in tables.items()}, columns
+    return texts, columns
 
 
 def dumps(profile: Profile) -> bytes:
@@ -147,13 +164,46 @@ def dumps(profile: Profile) -> bytes:
     return pack(tables, {name: b"".join(column()) for name, column in columns.items()})
 
 
+class ProfileWriter:
+    """A ``.flameprof`` file being written a member at a time (``writing``): an import writes a trace's
+    columns as it makes them, and drops them, before the samples made from the trace exist, so the
+    whole profile is never held at once."""
+
+    def __init__(self, zf: zipfile.ZipFile) -> None:
+        self._zf = zf
+
+    def column(self, name: str, *parts: np.ndarray) -> None:
+        """The ``.npy`` member ``name`` (one of the trace's ``trace_events_*``/``trace_memory_*``): its
+        values in ``parts`` of one type, one after the other."""
+        write_member(self._zf, name + ".npy", _npy(*parts))
+
+    def table(self, name: str, text: str) -> None:
+        """A JSON member (``trace.json``: ``trace_table``)."""
+        self._zf.writestr(name, text)
+
+    def profile(self, profile: Profile) -> None:
+        """Every member of ``profile`` (ValueError, before any is written, when a time or a weight is
+        past what the file stores)."""
+        tables, columns = _contents(profile)
+        for name, text in tables.items():
+            self._zf.writestr(name, text)
+        for name, column in columns.items():
+            write_member(self._zf, name + ".npy", column())
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[ProfileWriter]:
+    """A ``ProfileWriter`` on ``path``, renamed into place when the block ends without an error (a
+    reader never sees half a profile)."""
+    with atomic_file(os.fspath(path), "wb") as fh, open_zip(fh, compress=True) as zf:
+        yield ProfileWriter(zf)
+
+
 def save(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write ``profile`` atomically, so a reader never sees half a profile; each column is written
-    as it is made. ValueError (nothing written) when a time or a weight is past what the file stores."""
-    tables, columns = _contents(profile)
-    members = ((name + ".npy", column()) for name, column in columns.items())
-    with atomic_file(os.fspath(path), "wb") as fh:
-        write_zip(fh, tables, members, compress=True)
+    """Write ``profile`` atomically; each column is written as it is made. ValueError (no file left)
+    when a time or a weight is past what the file stores."""
+    with writing(path) as out:
+        out.profile(profile)
 
 
 def is_flameprof_file(head: bytes) -> bool:

@@ -114,7 +114,7 @@ class _Session:
             if profile.trace is not None:
                 from ..importers.kineto_profile import memory_counters  # numpy: only when taking a profile
 
-                profile.counters.update(memory_counters(profile.trace))
+                profile.counters.update(memory_counters(profile.trace.memory))
         sampler = self.sampler
         rate, achieved = 1.0 / sampler.interval, sampler.achieved_rate()
         profile.meta = dict(

@@ -182,9 +182,53 @@ def _prefixed(texts: list[str], prefixes: str | tuple[str, ...]) -> np.ndarray:
     return np.array([t.startswith(prefixes) for t in texts] + [False], dtype=bool)
 
 
+@dataclass
+class TraceColumns:
+    """A trace read and attributed, whose event columns are made one at a time (``events``): an
+    import writes each to its file and drops it, so the trace's columns are never all held."""
+
+    names: list[str]
+    steps: list[tuple[float, float]]
+    devices: dict[int, tuple[str, int, int]]
+    memory: dict[str, np.ndarray]
+    hosts: int  # the host events (ops, annotations, runtime calls): each column's first rows
+    parts: dict[str, Callable[[], tuple[Any, Any]]]  # per column, its host and device parts
+
+    def events(self) -> Iterator[tuple[str, tuple[np.ndarray, np.ndarray]]]:
+        """Each event column in turn (``EVENT_COLUMNS``' order) as its host part and its device part,
+        made as they are asked for (and the parts they are made from dropped)."""
+        for key, dtype in EVENT_COLUMNS.items():
+            host, device = self.parts.pop(key)()
+            yield (
+                key,
+                (
+                    host.astype(dtype, casting="unsafe", copy=False),
+                    device.astype(dtype, casting="unsafe", copy=False),
+                ),
+            )
+            del host, device
+
+    def trace(self) -> Trace:
+        return Trace(
+            names=self.names,
+            events={key: np.concatenate(parts) for key, parts in self.events()},
+            memory=self.memory,
+            steps=self.steps,
+            devices=self.devices,
+        )
+
+
 def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> tuple[Trace, float]:
     """The attributed Trace of a decoded Kineto document, with times relative to ``epoch`` (seconds
     since the Unix epoch; the trace's first event when None). Returns the trace and the epoch used."""
+    columns, epoch = read_trace_columns(doc, source, epoch)
+    return columns.trace(), epoch
+
+
+def read_trace_columns(
+    doc: TraceDocument, source: str, epoch: float | None = None
+) -> tuple[TraceColumns, float]:
+    """``read_trace``, its event columns still to be made."""
     scan = scanner()
     rows = read_rows(doc.events(scan.feed if scan is not None else None), source, scan)
     texts: dict[str, int] = {}  # every distinct text (names, layer paths, input shapes) -> its id
@@ -209,26 +253,27 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     d: dict[str, np.ndarray] = {"kind": kind[device]}
     m: dict[str, np.ndarray] = {}
     del names, kind, python, keep
-    # each column split as it is taken, into the groups that read it
+    # each column split as it is taken, into the groups that read it. The ids first, sequence
+    # numbers and correlation ids narrowed when every one fits, so that the rows left have shrunk
+    # when the times are split
     for key, groups in (
-        ("ts", (h, d, m)),
-        ("dur", (h, d, m)),
         ("a", (h, d, m)),
         ("b", (h, d, m)),
         ("c", (h, m)),
         ("d", (h, d)),
+        ("ts", (h, d, m)),
+        ("dur", (h, d, m)),
         ("x", (d, m)),
         ("dims", (h,)),
         ("concrete", (h,)),
         ("types", (h,)),
     ):
         column = rows.take(key)
+        if key in ("c", "d"):
+            column = _narrowed(column)
         for group in groups:
-            part = column[host if group is h else device if group is d else memory]
-            # pids and tids (a host event's, a memory event's), devices and streams (a device
-            # event's) as the trace keeps them: held to the end, so narrowed as they are taken
-            group[key] = part.astype(np.int32) if key in ("a", "b") else part
-        del column, part
+            group[key] = column[host if group is h else device if group is d else memory]
+        del column
     del host, device, memory
     base_ns = _number(doc.header.get("baseTimeNanoseconds", 0), "baseTimeNanoseconds", source, 1e20)
     if not (len(h_kind) or len(d_name) or len(m["ts"])):
@@ -239,16 +284,22 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
     shift = first_epoch - epoch
 
     def seconds(us: np.ndarray) -> np.ndarray:
-        return (us - first) / 1e6 + shift
+        """Times of the trace's clock (microseconds) as seconds from the epoch, converted in place:
+        each column of them is the reader's own, and a temporary its size is saved."""
+        us -= first
+        us /= 1e6
+        us += shift
+        return us
 
     flops, shapes, types = _inputs(
         h_kind, h_name, h.pop("dims"), h.pop("concrete"), h.pop("types"), rows.values, texts
     )
+    calls = _calls(h_kind, h.pop("d"), d.pop("d"))  # before the nesting: the correlation ids are dropped
     start, dur, pid, tid = h["ts"], h["dur"], h["a"], h["b"]
     parent, memory_event, order = _nest(pid, tid, start, dur, m.pop("a"), m.pop("b"), m["ts"])
     layer, phase = _attribute(Hosts(h_kind, h_name, start, pid, tid, h.pop("c"), parent), order, texts)
     del order
-    calls, launchers = _launchers(h_kind, h.pop("d"), parent, d.pop("d"))
+    launchers = _launchers(h_kind, parent, calls)
     is_step = _prefixed(list(texts), STEP_PREFIXES)[h_name]
     steps = sorted(zip(seconds(start[is_step]).tolist(), seconds(start[is_step] + dur[is_step]).tolist()))
     owned = launchers >= 0
@@ -268,19 +319,15 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         "dur": lambda: (h.pop("dur") / 1e6, d.pop("dur") / 1e6),
         "pid": lambda: (pid, np.where(owned, pid[owner] if n_host else 0, main_pid)),
         "tid": lambda: (h.pop("b"), d.pop("b")),
-        "device": lambda: (np.full(n_host, -1), d.pop("a")),
+        "device": lambda: (np.full(n_host, -1, np.int32), d.pop("a")),
         "parent": lambda: (parent, calls),
         "layer": lambda: (final[layer], final[d_layer]),
         "phase": lambda: (phase, np.where(owned, phase[owner] if n_host else 0, PHASE["other"])),
         "flops": lambda: (flops, np.zeros(n_device)),
         "bytes": lambda: (np.zeros(n_host), d.pop("x")),
-        "shapes": lambda: (final[shapes], np.full(n_device, -1)),
-        "types": lambda: (final[types], np.full(n_device, -1)),
+        "shapes": lambda: (final[shapes], np.full(n_device, -1, np.int32)),
+        "types": lambda: (final[types], np.full(n_device, -1, np.int32)),
     }
-    del start, dur, tid
-    events = {}
-    for key, dtype in EVENT_COLUMNS.items():
-        events[key] = np.concatenate(parts.pop(key)(), dtype=dtype, casting="unsafe")
     memory = {
         "time": seconds(m.pop("ts")),
         "delta": m.pop("x"),
@@ -288,8 +335,7 @@ def read_trace(doc: TraceDocument, source: str, epoch: float | None = None) -> t
         "device": m.pop("c").astype(MEMORY_COLUMNS["device"]),
         "event": memory_event,
     }
-    trace = Trace(names=trace_names, events=events, memory=memory, steps=steps, devices=_devices(doc.header))
-    return trace, epoch
+    return TraceColumns(trace_names, steps, _devices(doc.header), memory, n_host, parts), epoch
 
 
 def _devices(header: dict[str, Any]) -> dict[int, tuple[str, int, int]]:
@@ -365,12 +411,15 @@ def _inputs(
     size = len(values) + 1
     pairs, pair = unique_ids((dims[ops] + 1).astype(np.int64) * size + concrete[ops] + 1, size * size)
     inputs, input_of = unique_ids(pair * size + types[ops] + 1, len(pairs) * size)
+    del pair
     keys = name[ops].astype(np.int64) * len(inputs) + input_of
+    del input_of
     triples, triple = unique_ids(keys, (len(texts) + 1) * len(inputs))
+    del keys
     text_list = list(texts)
     op_flops_of = np.zeros(len(triples))
-    shapes_of = np.full(len(triples), -1, dtype=np.int64)
-    dtypes_of = np.full(len(triples), -1, dtype=np.int64)
+    shapes_of = np.full(len(triples), -1, dtype=np.int32)
+    dtypes_of = np.full(len(triples), -1, dtype=np.int32)
     for j, key in enumerate(triples.tolist()):
         n, k = divmod(key, len(inputs))
         p, ti = divmod(int(inputs[k]), size)
@@ -407,6 +456,7 @@ def _nest(
     merged = np.insert(
         by_time, np.searchsorted(start[by_time], memory_ts[in_time], side="right"), in_time + n
     )
+    del in_time
     thread, _ = thread_numbers(np.concatenate([pid, memory_pid]), np.concatenate([tid, memory_tid]))
     thread = thread[merged]
     by_thread = np.argsort(
@@ -417,38 +467,48 @@ def _nest(
     del merged, by_thread
     new_thread = np.ones(n + m, dtype=np.int8)
     new_thread[1:] = thread[1:] != thread[:-1]
+    del thread
     time = np.concatenate([start, memory_ts])
     end = start + dur
     parent = np.full(n, NO_PARENT, dtype=np.int32)
     memory_event = np.full(m, NO_PARENT, dtype=np.int32)
     native = _native()
     if native is not None:
-        native.nest(order.astype(np.int64), new_thread, time, end, parent, memory_event)
+        native.nest(order.astype(np.int64, copy=False), new_thread, time, end, parent, memory_event)
     else:
         _nest_walk(order.tolist(), new_thread.tolist(), time.tolist(), end.tolist(), parent, memory_event)
     return parent, memory_event, by_time
+
+
+def _narrowed(ids: np.ndarray) -> np.ndarray:
+    """int64 ids (sequence numbers, correlation ids) as int32 when every one fits: the same values in
+    half the memory, held through the passes."""
+    if len(ids) and (int(ids.min()) < -(1 << 31) or int(ids.max()) >= 1 << 31):
+        return ids
+    return ids.astype(np.int32)
 
 
 def thread_numbers(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per position, its (pid, tid)'s number in order of first appearance; and where each first
     appears. Threads are few: each is found with one pass (sorting when there are many)."""
     n = len(pid)
-    number = np.full(n, -1, dtype=np.int64)
+    number = np.full(n, -1, dtype=np.int32)
     firsts: list[int] = []
     at = 0
     while at < n and len(firsts) < 64:
         mine = (pid == pid[at]) & (tid == tid[at])
         number[mine] = len(firsts)
         firsts.append(at)
-        left = np.flatnonzero(number[at:] < 0)
-        at = at + int(left[0]) if len(left) else n
+        left = number[at:] < 0  # the next unnumbered position (no list of them all: up to n of them)
+        first_left = int(left.argmax())
+        at = at + first_left if left[first_left] else n
     if at >= n:
         return number, np.asarray(firsts, dtype=np.int64)
     by = np.lexsort((tid, pid))
     new = np.r_[True, (pid[by][1:] != pid[by][:-1]) | (tid[by][1:] != tid[by][:-1])]
     group = np.cumsum(new) - 1
     first = by[new]  # each group's first position (the sort is stable)
-    rank = np.empty(len(first), dtype=np.int64)
+    rank = np.empty(len(first), dtype=np.int32)
     rank[np.argsort(first, kind="stable")] = np.arange(len(first))
     number[by] = rank[group]
     return number, np.sort(first)
@@ -568,16 +628,18 @@ def _attribute(hosts: Hosts, order: np.ndarray, texts: dict[str, int]) -> tuple[
     codes = np.array(
         [PHASE["other"], PHASE["backward"], PHASE["forward"], PHASE["sync"], base], dtype=np.int32
     )
-    arrays = (
-        order.astype(np.int64),
-        parent.astype(np.int32),
-        kind.astype(np.int8),
-        declared[inverse],
-        mode[inverse],
-        layer_name[inverse],
+    declared_of, mode_of, layer_of = declared[inverse], mode[inverse], layer_name[inverse]
+    del inverse
+    arrays = (  # the C walk's types; copies only where a column is narrower
+        order.astype(np.int64, copy=False),
+        parent.astype(np.int32, copy=False),
+        kind.astype(np.int8, copy=False),
+        declared_of,
+        mode_of,
+        layer_of,
         pid.astype(np.int64),
-        seq.astype(np.int64),
-        engine.astype(np.int8),
+        seq.astype(np.int64, copy=False),
+        engine.view(np.int8),
         layer,
         phase_of,
         codes,
@@ -641,25 +703,28 @@ def _attribute_walk(
     return list(composed)
 
 
-def _launchers(
-    kind: np.ndarray, correlation: np.ndarray, parent: np.ndarray, device_correlation: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _calls(kind: np.ndarray, correlation: np.ndarray, device_correlation: np.ndarray) -> np.ndarray:
     """For each device event, the runtime call that launched it (the last one with the same
-    correlation id), and the host op around that call, or the call itself when no op encloses it
-    (the event's layer and phase); NO_PARENT for both when the trace holds no such call."""
-    calls = np.full(len(device_correlation), NO_PARENT, dtype=np.int64)
+    correlation id), NO_PARENT when the trace holds no such call."""
+    calls = np.full(len(device_correlation), NO_PARENT, dtype=np.int32)
     runtime = np.nonzero((kind == RUNTIME) & (correlation >= 0))[0]
     if len(runtime) and len(calls):
         runtime = runtime[np.lexsort((runtime, correlation[runtime]))]
         last = np.r_[correlation[runtime][1:] != correlation[runtime][:-1], True]
         keys, call_of = correlation[runtime][last], runtime[last]
         at = np.minimum(np.searchsorted(keys, device_correlation), len(keys) - 1)
-        calls = np.where(keys[at] == device_correlation, call_of[at], NO_PARENT)
-    launcher = calls.copy()
+        calls = np.where(keys[at] == device_correlation, call_of[at], NO_PARENT).astype(np.int32)
+    return calls
+
+
+def _launchers(kind: np.ndarray, parent: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """For each device event, the host op around the runtime call that launched it (``calls``), or the
+    call itself when no op encloses it (the event's layer and phase); NO_PARENT when it has no call."""
+    launcher = calls.astype(np.int64)
     while True:
         walking = np.nonzero(launcher >= 0)[0]
         walking = walking[kind[launcher[walking]] != OP]
         if not len(walking):
             break
         launcher[walking] = parent[launcher[walking]]
-    return calls.astype(np.int32), np.where(launcher >= 0, launcher, calls).astype(np.int32)
+    return np.where(launcher >= 0, launcher, calls).astype(np.int32)

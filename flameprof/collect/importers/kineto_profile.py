@@ -16,11 +16,14 @@ time numbers them, but made with arrays (and the C walk of the stacks where it i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ...model.counters import TORCH_ALLOCATED_BYTES
 from ...model.phase_names import PHASES
 from ...model.profile import Frame, Mark, ProcessInfo, Profile, ThreadInfo
+from ...model.storage import ProfileWriter, trace_table
 from ...model.trace import ANNOTATION, OP, RUNTIME, Trace, nesting_order
 from .kineto import (
     LAYER_PREFIX,
@@ -31,6 +34,7 @@ from .kineto import (
     declared_phase,
     decode_document,
     read_trace,
+    read_trace_columns,
     thread_numbers,
     unique_ids,
 )
@@ -111,14 +115,14 @@ def backward_waits(hosts: dict[str, np.ndarray], engine: np.ndarray, keys: np.nd
 
 
 def _frames(
-    trace: Trace, hosts: dict[str, np.ndarray], order: np.ndarray, engine_frame: Frame | None
+    names: list[str], hosts: dict[str, np.ndarray], order: np.ndarray, engine_frame: Frame | None
 ) -> tuple[list[Frame], np.ndarray, np.ndarray]:
     """The frames of the host events ``order`` (in the walk's order) numbered as the builder numbers
     them, in order of first use (the engine's first), and per event its own frame and its
     ``<layer> (backward)`` frame (-1 when it has none)."""
     kind, name, layer = hosts["kind"][order], hosts["name"][order], hosts["layer"][order]
-    size = len(trace.names) + 1
-    layered = np.array([n.startswith((LAYER_PREFIX, MODULE_PREFIX)) for n in trace.names] + [False])[name]
+    size = len(names) + 1
+    layered = np.array([n.startswith((LAYER_PREFIX, MODULE_PREFIX)) for n in names] + [False])[name]
     layered &= kind == ANNOTATION  # its frame is its layer's: keyed by the layer, others by name and kind
     keys = np.where(layered, 8 * size + layer + 1, name.astype(np.int64) * 8 + kind)
     unique, own = unique_ids(keys, 9 * size + 1)
@@ -132,9 +136,9 @@ def _frames(
         number(engine_frame)
     own_of = np.array(
         [
-            number(Frame(trace.name_of(k - 8 * size - 1), kind="layer"))
+            number(Frame(names[k - 8 * size - 1] if k > 8 * size else "", kind="layer"))
             if k >= 8 * size
-            else number(_frame_of(trace, k // 8, k % 8))
+            else number(_frame_of(names[k // 8], k % 8))
             for k in unique.tolist()
         ],
         dtype=np.int64,
@@ -146,7 +150,7 @@ def _frames(
     del parent, parent_layer
     layers, which = unique_ids(layer[backward].astype(np.int64), size)
     back_of = np.array(
-        [number(Frame(f"{trace.names[i]} (backward)", kind="layer")) for i in layers.tolist()], dtype=np.int64
+        [number(Frame(f"{names[i]} (backward)", kind="layer")) for i in layers.tolist()], dtype=np.int64
     )
     back = np.full(len(order), -1, dtype=np.int64)
     if len(layers):
@@ -168,9 +172,8 @@ def _frames(
     return [frames[i] for i in ranked.tolist()], renumber[own], renumber[back]
 
 
-def _frame_of(trace: Trace, name: int, kind: int) -> Frame:
+def _frame_of(text: str, kind: int) -> Frame:
     """The frame of an event other than a layer annotation (whose frame is its layer's)."""
-    text = trace.names[name]
     if kind == ANNOTATION:
         return Frame(text.split("#", 1)[0] if text.startswith(STEP_PREFIXES) else text, kind="scope")
     if declared_phase(kind, text) is not None:  # an autograd node, a sync: a scope with its phase
@@ -208,7 +211,63 @@ def _stack_walk(order, parent, frames, waited, sid, wait_sid, engine) -> tuple[l
 
 def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     ev = trace.events
-    hosts = host_events(trace)
+    start = float(ev["start"].min()) if trace.num_events else 0.0
+    stop = max((_end(*pair) for pair in _chunks(ev["start"], ev["dur"])), default=0.0)
+    profile = profile_of_hosts(host_events(trace), trace.names, start, stop, epoch)
+    profile.trace = trace
+    profile.counters = memory_counters(trace.memory)
+    return profile
+
+
+def import_kineto(
+    document: TraceDocument, source: str, out: ProfileWriter, check: Callable[[Profile], object]
+) -> Profile:
+    """Read a Kineto trace and write it to ``out`` as a profile, each of the trace's columns written
+    to the file as soon as it is made, and dropped: the samples are made from the host events'
+    columns alone (the whole profile is never held, nor the trace with its samples). ``check``
+    refuses the profile (raising) before its samples are written. Returns the profile, without its
+    trace."""
+    columns, epoch = read_trace_columns(document, source)
+    hosts: dict[str, np.ndarray] = {}
+    start = stop = 0.0
+    for key, (host, device) in columns.events():  # each written as one column, the host part kept
+        out.column(f"trace_events_{key}", host, device)
+        if key == "start":
+            starts = (host, device)
+        elif key == "dur":
+            ends = [_end(*pair) for part in zip(starts, (host, device)) for pair in _chunks(*part)]
+            start = min((float(part.min()) for part in starts if len(part)), default=0.0)
+            stop = max(ends, default=0.0)
+            del starts
+        if key in HOST_COLUMNS:
+            hosts[key] = host
+        del host, device
+    for key, column in columns.memory.items():
+        out.column(f"trace_memory_{key}", column)
+    out.table("trace.json", trace_table(columns.names, columns.steps, {}, columns.devices))
+    counters = memory_counters(columns.memory)
+    columns.memory = {}
+    profile = profile_of_hosts(hosts, columns.names, start, stop, epoch)
+    profile.counters = counters
+    check(profile)
+    out.profile(profile)
+    return profile
+
+
+def _end(start: np.ndarray, dur: np.ndarray) -> float:
+    return float((start + dur).max())
+
+
+def _chunks(start: np.ndarray, dur: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``start`` and ``dur`` a million events at a time (no temporary their size), none when empty."""
+    return [(start[at], dur[at]) for at in _slices(len(start))]
+
+
+def profile_of_hosts(
+    hosts: dict[str, np.ndarray], names: list[str], start: float, stop: float, epoch: float
+) -> Profile:
+    """The samples (and frames, stacks, threads, step marks) made from the host events' columns
+    (``HOST_COLUMNS``) of a trace whose events span ``start`` to ``stop``; its trace not attached."""
     n = len(hosts["kind"])
     parent = hosts["parent"]
     has_parent = np.flatnonzero(parent >= 0)
@@ -222,15 +281,13 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     processes = [ProcessInfo(pid, "main") for pid in np.unique(hosts["pid"]).tolist()]
     # the walk: host events by start, the longer first (a parent before its children)
     order = nesting_order(hosts["start"], hosts["dur"]).astype(np.int32)
-    frames, own, back = _frames(trace, hosts, order, ENGINE if len(engine) else None)
+    frames, own, back = _frames(names, hosts, order, ENGINE if len(engine) else None)
     per_name, inverse = unique_ids(
-        hosts["name"][order].astype(np.int64) * 8 + hosts["kind"][order], 8 * len(trace.names)
+        hosts["name"][order].astype(np.int64) * 8 + hosts["kind"][order], 8 * len(names)
     )
-    phase_of = [declared_phase(k % 8, trace.names[k // 8]) for k in per_name.tolist()]
+    phase_of = [declared_phase(k % 8, names[k // 8]) for k in per_name.tolist()]
     declared = np.array([p is not None for p in phase_of] + [False], dtype=bool)[inverse]
-    step = np.array([trace.names[k // 8].startswith(STEP_PREFIXES) for k in per_name.tolist()] + [False])[
-        inverse
-    ]
+    step = np.array([names[k // 8].startswith(STEP_PREFIXES) for k in per_name.tolist()] + [False])[inverse]
     scope = np.array([f.kind == "scope" for f in frames], dtype=bool)[own]
     stepped = np.flatnonzero(scope & step)  # step annotations (a mark at each one's end), in the walk
     scope_phases: dict[str, str] = {}
@@ -256,7 +313,6 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     stack_parent, stack_frame = native.stacks(*walk) if native is not None else _stack_walk(*walk)
     del walk, triple, waited
     thread, firsts = thread_numbers(hosts["pid"][order], hosts["tid"][order])
-    thread = thread.astype(np.int32)
     met = order[firsts]
     threads = [ThreadInfo(p, t, "") for p, t in zip(hosts["pid"][met].tolist(), hosts["tid"][met].tolist())]
     at = order[stepped]
@@ -283,11 +339,7 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
     sample_cpu = _pairs(order, kept, busy, 0.0)  # waiting: wall time, no CPU
     sample_wall = _pairs(order, kept, busy, wait)
     del order, busy, wait, kept
-    start = float(ev["start"].min()) if trace.num_events else 0.0
-    stop = max(
-        (float((ev["start"][at] + ev["dur"][at]).max()) for at in _slices(trace.num_events)), default=0.0
-    )
-    profile = Profile(
+    return Profile(
         frames=frames,
         stack_parent=_int32(stack_parent),
         stack_frame=_int32(stack_frame),
@@ -303,9 +355,6 @@ def profile_of_trace(trace: Trace, epoch: float) -> Profile:
             start_time=epoch, duration=stop - min(start, 0.0), collector="kineto", scope_phases=scope_phases
         ),
     )
-    profile.trace = trace
-    profile.counters = memory_counters(trace)
-    return profile
 
 
 def _slices(n: int) -> list[slice]:
@@ -364,9 +413,9 @@ def _last_of_each(keys: np.ndarray) -> np.ndarray:
     return last[np.argsort(first, kind="stable")]
 
 
-def memory_counters(trace: Trace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The allocator's total over time (the device's when there is one, else the host's)."""
-    mem = trace.memory
+def memory_counters(mem: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The allocator's total over time (the device's when there is one, else the host's), from a
+    trace's memory columns."""
     if not len(mem["time"]):
         return {}
     device = mem["device"]

@@ -51,8 +51,8 @@ ROW_COLUMNS: dict[str, Any] = {
     "name": np.int32,
     "ts": np.float64,
     "dur": np.float64,
-    "a": np.int64,
-    "b": np.int64,
+    "a": np.int32,  # pids and tids, devices and streams: wrapped to 32 bits, as the trace keeps them
+    "b": np.int32,
     "c": np.int64,
     "d": np.int64,
     "x": np.float64,
@@ -207,7 +207,7 @@ class Rows:
             column = np.zeros(0, dtype=dtype)
         if not self.python.rows:
             return column
-        extra = np.asarray([row[index] for row in self.python.rows], dtype=dtype)
+        extra = np.asarray([row[index] for row in self.python.rows]).astype(dtype)  # ints past 32 bits wrap
         if key in ("name", "dims", "concrete", "types"):  # -2, -3, ...: Python's own, after the Scanner's
             base = self.scanned[key != "name"]
             extra = np.where(extra <= -2, base - 2 - extra, extra).astype(dtype)

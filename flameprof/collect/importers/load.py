@@ -16,9 +16,9 @@ from ...model import storage
 from ...model.profile import Profile
 from ...model.validate import check_profile
 from .detect import FORMATS, HEAD, detect_format
-from .folded import read_folded_chunks
+from .folded import counts_to_seconds, read_folded_chunks
 from .kineto import open_document
-from .kineto_profile import read_kineto, read_kineto_document
+from .kineto_profile import import_kineto, read_kineto, read_kineto_document
 from .perf_script import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
@@ -103,30 +103,62 @@ def _found(profile: Profile, source: str, fmt: str) -> Profile:
     return profile
 
 
-def load_input(path: str, strict: bool = True, fmt: str | None = None) -> Profile:
+def load_input(
+    path: str,
+    strict: bool = True,
+    fmt: str | None = None,
+    output: str | None = None,
+    rate: float | None = None,
+) -> Profile:
     """Load ``path`` in format ``fmt`` (whichever supported format its content is when None); folded
-    text and Kineto traces are read a chunk at a time."""
+    text and Kineto traces are read a chunk at a time. ``rate``: the sampling rate (Hz) of input
+    weighted in counts, to make them seconds. With ``output``, the profile is written there
+    as a ``.flameprof`` too, and a Kineto trace goes to it a column at a time as it is read (it may
+    be gigabytes, and its profile hundreds of megabytes): that profile is returned without its trace."""
     source = "<stdin>" if path == "-" else path
     with _opened(path) as fh:
         start = fh.tell() if fh.seekable() else None
         head = fh.read(HEAD)
         fmt = fmt or detect_format(head)
+        data = None
         if fmt == "folded":
             _check_text(head, source)
             chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
             with _held_warnings():
-                return _found(read_folded_chunks(chunks, source, strict), source, "folded")
-        if fmt == "kineto":  # streamed a chunk at a time: a trace may be gigabytes
-            stream = _rewound(fh, start, head)
+                profile = _found(read_folded_chunks(chunks, source, strict), source, "folded")
+        elif fmt == "kineto":  # streamed a chunk at a time: a trace may be gigabytes
+            document = open_document(_rewound(fh, start, head), source)
             with _held_warnings():
-                profile = read_kineto_document(open_document(stream, source), source)
-            return _found(profile, source, fmt)
-        if start is not None:  # read whole from the start: no second copy to join the head to the rest
+                if output is not None:
+                    with _writing(output, source) as out:
+                        return import_kineto(document, source, out, partial(_found, source=source, fmt=fmt))
+                profile = _found(read_kineto_document(document, source), source, fmt)
+        elif start is not None:  # read whole from the start: no second copy to join the head to the rest
             fh.seek(start)
             data = fh.read()
         else:
             data = head + fh.read()
-    return load_bytes(data, source, fmt, strict)
+    if data is not None:
+        profile = load_bytes(data, source, fmt, strict)
+    if rate:
+        profile = counts_to_seconds(profile, rate)
+    if output is not None:
+        with _writing(output, source) as out:
+            out.profile(profile)
+    return profile
+
+
+@contextmanager
+def _writing(output: str, source: str) -> Iterator[storage.ProfileWriter]:
+    """``storage.writing(output)``, where failing to write is one error line (and so is a time or a
+    weight past what the file stores); the file is left only when the block ends without one."""
+    try:
+        with storage.writing(output) as out:
+            yield out
+    except OSError as exc:
+        raise FlameprofError(f"cannot write {output}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise FlameprofError(f"{source}: {exc}") from None
 
 
 def _rewound(fh: BinaryIO, start: int | None, head: bytes) -> BinaryIO:
