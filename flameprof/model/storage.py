@@ -80,11 +80,12 @@ def _npy(*parts: np.ndarray) -> Iterator[bytes | memoryview]:
 def _npy_us(seconds: np.ndarray) -> Iterator[bytes | memoryview]:
     """A column of seconds as the ``.npy`` bytes of its int64 microseconds, converted a slice at a
     time as it is written (converted whole, each of the three time columns of 4 M samples took two
-    temporaries of 32 MB at the top of an import's memory)."""
+    temporaries of 32 MB at the top of an import's memory). Its range is checked whole, before
+    anything is written (``check_storable``)."""
     yield _npy_header(np.dtype(np.int64), len(seconds))
     rows = _CHUNK // 8
     for at in range(0, len(seconds), rows):
-        yield _us(seconds[at : at + rows]).data.cast("B")
+        yield np.rint(seconds[at : at + rows] * _US).astype(np.int64).data.cast("B")
 
 
 _MAX_STORED = 2.0**63 / _US  # seconds (or counts) that int64 microseconds hold
@@ -93,11 +94,6 @@ _MAX_STORED = 2.0**63 / _US  # seconds (or counts) that int64 microseconds hold
 def _check_us(seconds: np.ndarray) -> None:
     if len(seconds) and not max(-float(seconds.min()), float(seconds.max())) < _MAX_STORED:
         raise ValueError(f"times or weights over {_MAX_STORED:.3g} cannot be stored in a .flameprof file")
-
-
-def _us(seconds: np.ndarray) -> np.ndarray:
-    _check_us(seconds)
-    return np.rint(seconds * _US).astype(np.int64)
 
 
 def check_storable(profile: Profile) -> None:

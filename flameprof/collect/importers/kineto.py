@@ -191,7 +191,6 @@ class TraceColumns:
     steps: list[tuple[float, float]]
     devices: dict[int, tuple[str, int, int]]
     memory: dict[str, np.ndarray]
-    hosts: int  # the host events (ops, annotations, runtime calls): each column's first rows
     parts: dict[str, Callable[[], tuple[Any, Any]]]  # per column, its host and device parts
 
     def events(self) -> Iterator[tuple[str, tuple[np.ndarray, np.ndarray]]]:
@@ -335,7 +334,7 @@ def read_trace_columns(
         "device": m.pop("c").astype(MEMORY_COLUMNS["device"]),
         "event": memory_event,
     }
-    return TraceColumns(trace_names, steps, _devices(doc.header), memory, n_host, parts), epoch
+    return TraceColumns(trace_names, steps, _devices(doc.header), memory, parts), epoch
 
 
 def _devices(header: dict[str, Any]) -> dict[int, tuple[str, int, int]]:
