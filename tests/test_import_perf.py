@@ -13,12 +13,8 @@ import pytest
 from conftest import run_flameprof
 
 from flameprof import cli
-from flameprof.collect.importers.perf_script import (
-    CollapseOptions,
-    collapse_perf,
-    format_collapsed,
-    read_perf_script,
-)
+from flameprof.collect.importers.perf_profile import read_perf_script
+from flameprof.collect.importers.perf_script import CollapseOptions, collapse_perf, format_collapsed
 from flameprof.errors import FlameprofError
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "import")

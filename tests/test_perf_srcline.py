@@ -10,12 +10,8 @@ from __future__ import annotations
 import pytest
 
 from flameprof import cli
-from flameprof.collect.importers.perf_script import (
-    CollapseOptions,
-    collapse_perf,
-    format_collapsed,
-    read_perf_script,
-)
+from flameprof.collect.importers.perf_profile import read_perf_script
+from flameprof.collect.importers.perf_script import CollapseOptions, collapse_perf, format_collapsed
 
 LIBZ = "/usr/lib/libz.so.1"
 # Sample 1: kernel srcline "[kernel.kallsyms][addr]" adds nothing; an a->b chain reads two source

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import run_flameprof
 
-from flameprof.collect.importers.perf_script import read_perf_script
+from flameprof.collect.importers.perf_profile import read_perf_script
 from flameprof.collect.perf.merge import merge_native
 from flameprof.collect.perf.record import PerfRecording, PerfUnavailable
 from flameprof.model import storage

@@ -182,7 +182,7 @@ def _start_native(rate: float):
 
 def _add_native(recording, profile, clock_zero: float):
     """``profile`` with perf's native stacks merged in; on any failure, one warning line and ``profile``."""
-    from ..collect.importers.perf_script import read_perf_script
+    from ..collect.importers.perf_profile import read_perf_script
     from ..collect.perf.merge import merge_native
     from ..collect.perf.record import PerfUnavailable
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import codecs
 import math
 import re
-import sys
 from array import array
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from ...errors import FlameprofError
 from ...model.records import Frame
+from .skipped import note_skipped
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
@@ -74,25 +74,6 @@ def malformed_line(source: str, number: int, line: str) -> FlameprofError:
     return FlameprofError(
         f"{source}:{number}: malformed folded line (expected 'frame;frame;... count'): {line[:80]!r}"
     )
-
-
-def note_skipped(
-    meta: dict | None,
-    source: str,
-    skipped: int,
-    first: str,
-    what: str = "malformed line",
-    found: bool = True,
-) -> None:
-    """Record skipped input in ``meta['skipped_lines']`` and print the one warning line about it; when
-    nothing was ``found`` besides, that is the one error line instead (not a warning, then an error)."""
-    if not skipped:
-        return
-    if not found:
-        raise FlameprofError(f"{source}: no stacks found; skipped {skipped} {what}(s), first at {first}")
-    if meta is not None:
-        meta["skipped_lines"] = skipped
-    print(f"flameprof: warning: {source}: skipped {skipped} {what}(s), first at {first}", file=sys.stderr)
 
 
 def counts_to_seconds(profile: Profile, rate: float) -> Profile:

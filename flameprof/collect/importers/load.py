@@ -19,7 +19,7 @@ from .detect import FORMATS, HEAD, detect_format
 from .folded import counts_to_seconds, read_folded_chunks
 from .kineto import open_document
 from .kineto_profile import import_kineto, read_kineto, read_kineto_document
-from .perf_script import read_perf_script
+from .perf_profile import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
 CHUNK = 8 << 20  # folded text is read this much at a time: a file of gigabytes is never held whole

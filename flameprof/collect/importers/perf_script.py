@@ -1,5 +1,6 @@
-"""Read ``perf script`` text: collapse it with the semantics of FlameGraph's ``stackcollapse-perf.pl``,
-or import it as a Profile with one sample per perf event.
+"""Read ``perf script`` text: collapse it with the semantics of FlameGraph's ``stackcollapse-perf.pl``
+(perf_profile.py makes a Profile of it with this parser). It imports nothing of the model, so
+``collapse perf`` starts as fast as the Perl script it stands in for.
 
 The reader works on bytes, as the Perl script does, so odd encodings and sort order match it.
 Speed comes from caching, since perf repeats itself: each distinct stack line is parsed once (and
@@ -15,19 +16,14 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Generic, NamedTuple, TypeVar, cast
 
 from ...errors import FlameprofError
-from ...model.builder import ProfileBuilder
-from ...model.records import Frame, ProcessInfo
 from . import perf_lines
-from .folded import note_skipped
-from .perf_inline import Inliner
+from .skipped import note_skipped
 
 if TYPE_CHECKING:
     from ..._perf import Collapser
-    from ...model.profile import Profile
 
 # The patterns stackcollapse-perf.pl applies to header and frame lines are in perf_lines, matched in
 # linear time; these others are the Perl script's own, in Python's (here equivalent) regex dialect.
@@ -37,17 +33,14 @@ _USUAL_FRAME = re.compile(rb"\s*(\w+)\s+([^\s(+][^(]*?)(?:\+0x[\da-f]+)? \(([^()
 _OFFSET = re.compile(rb"\+0x[\da-f]+$")
 _ARGS = re.compile(rb"\((?!anonymous namespace\)).*")
 _JIT_MAP = re.compile(rb"/tmp/perf-\d+\.map")
-_TIME = re.compile(rb"\s(\d+\.\d+):")
 _NOT_HEADER_START = frozenset(b" \t\r\n\f\v#")
-_CLOCK_EVENTS = (b"cpu-clock", b"task-clock")
 # Read this much at a time: 8 MB chunks were each a fresh mapping from the allocator, page-faulted
 # in and unmapped again (collapsing 200 MB: 21k page faults and 273 ms, against 12k and 254 ms).
 CHUNK = 1 << 20
 _MISSING, _BAD, _SKIP, _IMPURE = object(), object(), object(), object()  # line cache markers
 
 
-@dataclass(frozen=True)
-class CollapseOptions:
+class CollapseOptions(NamedTuple):
     """The options of stackcollapse-perf.pl that flameprof supports (``--all`` sets kernel and jit)."""
 
     pid: bool = False  # "comm-PID" roots
@@ -59,6 +52,9 @@ class CollapseOptions:
     inline: bool = False  # un-inline with addr2line
     context: bool = False  # with inline: ":file:line" after each function
     srcline: bool = False  # each frame line is followed by its source line (perf script -F+srcline)
+
+
+DEFAULTS = CollapseOptions()  # stackcollapse-perf.pl with no option
 
 
 # One parsed frame line: its frames as (func, module, raw symbol), in the order of an inline chain.
@@ -100,7 +96,7 @@ class PerfScriptParser(Generic[P, V]):
         part: Callable[[LineFrames], P],
         extend: Callable[[V, P], V],
         empty: V,
-        options: CollapseOptions = CollapseOptions(),
+        options: CollapseOptions = DEFAULTS,
         strict: bool = False,
         source: str = "<stdin>",
         flush_at_end: bool = False,
@@ -120,7 +116,11 @@ class PerfScriptParser(Generic[P, V]):
         self._line_cache: tuple[dict, dict] = ({}, {})  # per java flag: line -> piece or a marker
         self._rest_cache: tuple[dict, dict] = ({}, {})  # per java flag: lines below the leaf -> _Rest
         self._symbol_cache: tuple[dict, dict] = ({}, {})  # per java flag: (symbol, module) -> piece
-        self._inliner = Inliner(options.context) if options.inline else None
+        self._inliner = None
+        if options.inline:  # addr2line runs as a subprocess: imported only for it
+            from .perf_inline import Inliner
+
+            self._inliner = Inliner(options.context)
         # state of the line-by-line machine (only used inside a slow block)
         self._pname: bytes | None = None
         self._period = 1
@@ -462,7 +462,7 @@ def read_chunks(stream: IO[bytes], size: int = CHUNK) -> Iterator[bytes]:
 
 def collapse_perf(
     chunks: Iterable[bytes],
-    options: CollapseOptions = CollapseOptions(),
+    options: CollapseOptions = DEFAULTS,
     strict: bool = False,
     source: str = "<stdin>",
     native: bool = True,
@@ -505,87 +505,3 @@ def format_collapsed(collapsed: dict[bytes, int]) -> Iterator[bytes]:
     """Output lines sorted bytewise, as Perl's ``sort { $a cmp $b }`` does."""
     for key in sorted(collapsed):
         yield key + b" " + str(collapsed[key]).encode() + b"\n"
-
-
-# -- import as a Profile ------------------------------------------------------------------------
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-def perf_frame(func: bytes, mod: bytes, raw: bytes) -> Frame:
-    """A perf frame as a model Frame: Python 3.12+ perf-trampoline symbols ``py::qualname:file`` become
-    Python frames; everything else is native code, with its module (DSO) as the file."""
-    if raw.startswith(b"py::"):
-        name, _, file = _decode(raw[4:]).partition(":")
-        return Frame(name, file, 0, "python")
-    file = "" if mod in (b"[unknown]", b"inlined") else _decode(mod)
-    return Frame(_decode(func), file, 0, "native")
-
-
-def read_perf_script(
-    chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = False, srcline: bool = False
-) -> Profile:
-    """Import perf script output: one sample per kept event, on a thread per (pid, tid), weighted by the
-    sample period (seconds for cpu-clock/task-clock, event counts otherwise, 1 when perf printed none).
-    With ``srcline`` (``perf script -F+srcline``) native frames are named ``func:file:line`` as
-    ``stackcollapse-perf.pl --srcline`` names them."""
-    builder = ProfileBuilder({"source": source, "collector": "perf"})
-    frame_ids: dict[tuple[bytes, bytes, bytes], int] = {}
-
-    def piece(parsed: LineFrames) -> tuple[int, ...]:
-        ids = []
-        for key in parsed:
-            fid = frame_ids.get(key)
-            if fid is None:
-                fid = frame_ids[key] = builder.frame(perf_frame(*key))
-            ids.append(fid)
-        return tuple(ids)
-
-    parser = PerfScriptParser(
-        piece,
-        lambda parent, ids: builder.stack_id(ids, parent),
-        -1,
-        CollapseOptions(srcline=srcline),
-        strict,
-        source,
-        flush_at_end=True,
-    )
-    threads: dict[bytes, int] = {}
-    samples: list[tuple[float, int, int, int]] = []
-    for header, _pname, period, stack in parser.samples(chunks):
-        m = perf_lines.header(header)
-        assert m is not None  # the parser yields only samples whose header matched
-        comm, first, second = m.comm, m.pid, m.tid
-        key = comm + b"\0" + first + b"\0" + (second or b"")
-        thread = threads.get(key)
-        if thread is None:
-            pid, tid = (_number(first), _number(second)) if second is not None else (0, _number(first))
-            thread = threads[key] = builder.thread_id(pid, tid, _decode(comm))
-            if pid:
-                builder.process(
-                    ProcessInfo(pid, "main" if not builder.processes else "", cmdline=_decode(comm))
-                )
-        t = _TIME.search(header, m.pid_end)
-        samples.append((float(t.group(1)) if t else 0.0, thread, stack, period))
-    note_skipped(
-        builder.meta,
-        source,
-        parser.skipped,
-        f"line {parser.first_bad}",
-        "unrecognized perf script line",
-        found=bool(samples),
-    )
-    parser.report()
-    event = parser.event_filter.split(b":")[0]
-    has_period = any(s[3] != 1 for s in samples)
-    if event in _CLOCK_EVENTS and has_period:
-        scale, unit = 1e-9, "seconds"  # clock events count nanoseconds
-    else:
-        scale, unit = 1.0, (_decode(event) if has_period else "count")
-    t0 = min((s[0] for s in samples), default=0.0)
-    for time, thread, stack, period in samples:
-        builder.add_sample(time - t0, thread, stack, period * scale, period * scale)
-    builder.meta.update(weight_unit=unit, event=_decode(parser.event_filter), time_origin=t0)
-    if samples:
-        builder.meta["duration"] = max(s[0] for s in samples) - t0
-    return builder.build()

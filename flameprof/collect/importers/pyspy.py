@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from ...errors import FlameprofError
 from ...model.builder import ProfileBuilder
 from ...model.records import Frame, ProcessInfo
-from .folded import FoldedLines, counts_to_seconds, file_kind, note_skipped, parse_frame
+from .folded import FoldedLines, counts_to_seconds, file_kind, parse_frame
+from .skipped import note_skipped
 
 if TYPE_CHECKING:
     from ...model.profile import Profile
