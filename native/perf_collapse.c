@@ -462,7 +462,7 @@ add_total(Collapser *c, const char *line, Py_ssize_t n, unsigned long long weigh
 {
     if ((c->totals_count + 1) * 2 > c->totals_cap && totals_grow(c) < 0)
         return -1;
-    uint64_t h = hash_bytes(line, n, 0);
+    uint64_t h = hash_lanes(line, n, 0);
     Py_ssize_t mask = c->totals_cap - 1, j = (Py_ssize_t)(h & (uint64_t)mask);
     for (;; j = (j + 1) & mask) {
         Total *t = &c->totals[j];
@@ -530,7 +530,7 @@ block(Collapser *st, const char *s, const char *end, const char **next, Py_ssize
     if (r)
         return r;
     Py_ssize_t leaf_end = st->key.size, leaf_pieces = st->order.size / (Py_ssize_t)sizeof(Py_ssize_t);
-    uint64_t h = hash_bytes(rest, stop - rest, (uint64_t)java);
+    uint64_t h = hash_lanes(rest, stop - rest, (uint64_t)java);
     Entry *e = cache_find(st, rest, stop - rest, h);
     if (e->key_len < 0) {
         r = frame_lines(st, rest, stop - rest, java);
