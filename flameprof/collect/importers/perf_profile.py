@@ -11,7 +11,7 @@ from ...model.builder import ProfileBuilder
 from ...model.profile import Profile
 from ...model.records import Frame, ProcessInfo
 from . import perf_lines
-from .perf_script import CollapseOptions, LineFrames, PerfScriptParser, _number
+from .perf_script import CollapseOptions, LineFrames, PerfScriptParser, perf_number
 from .skipped import note_skipped
 
 _TIME = re.compile(rb"\s(\d+\.\d+):")
@@ -69,7 +69,8 @@ def read_perf_script(
         key = comm + b"\0" + first + b"\0" + (second or b"")
         thread = threads.get(key)
         if thread is None:
-            pid, tid = (_number(first), _number(second)) if second is not None else (0, _number(first))
+            pid = perf_number(first) if second is not None else 0
+            tid = perf_number(second if second is not None else first)
             thread = threads[key] = builder.thread_id(pid, tid, _decode(comm))
             if pid:
                 builder.process(

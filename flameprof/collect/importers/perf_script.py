@@ -71,7 +71,7 @@ class _Rest(NamedTuple):
     nlines: int
 
 
-def _number(digits: bytes) -> int:
+def perf_number(digits: bytes) -> int:
     """A decimal field; absurdly long ones saturate instead of making huge integers."""
     return int(digits) if len(digits) <= 19 else 10**19
 
@@ -375,7 +375,7 @@ class PerfScriptParser(Generic[P, V]):
             elif event != self.event_filter:
                 self.other_events.add(event)
                 return None
-        self._period = _number(period) if period and period != b"0" else 1
+        self._period = perf_number(period) if period and period != b"0" else 1
         opts = self.options
         if opts.tid:
             pname = comm + b"-" + pid + b"/" + tid
