@@ -8,9 +8,10 @@
  * (non-ASCII whitespace, counts that are not plain digits), so both readers agree on every input.
  *
  * Interning is two hash tables: label bytes -> frame id (a few thousand labels), and
- * (parent stack, frame) -> stack. The second is addressed by a hash of the whole frame path, which
- * depends only on the labels: a line's slots are computed and prefetched before the walk, so its
- * cache misses overlap instead of following one another.
+ * (parent stack, frame) -> stack. The second is large and read at random; it is addressed by a hash
+ * of the whole frame path, which depends only on the labels. So a line's slots are prefetched as its
+ * labels are read, and the line is walked only after the next line's labels have been read: the
+ * slots' cache misses are served meanwhile instead of one after another.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -90,7 +91,10 @@ typedef struct {
     long long skipped, first_bad;
     PyObject *bad;                   /* (line number, bytes) of the malformed line that stopped a strict parse */
     Buffer pending;                  /* a line cut by the end of a chunk */
-    Buffer walk, walk_hash;          /* per depth of the current line: frame id (int32), path hash (uint64) */
+    Buffer walk, walk_hash;          /* per depth of the line being read: frame id (int32), path hash (uint64) */
+    Buffer held, held_hash;          /* the same for the line read before it, not yet walked */
+    int holding;                     /* whether ``held`` is such a line */
+    double held_weight;
 } Parser;
 
 static void
@@ -99,7 +103,7 @@ Parser_dealloc(Parser *self)
     PyMem_RawFree(self->labels);
     free(self->slots);
     Buffer *buffers[] = {&self->text, &self->parent, &self->frame, &self->path, &self->leaf, &self->weight,
-                         &self->pending, &self->walk, &self->walk_hash};
+                         &self->pending, &self->walk, &self->walk_hash, &self->held, &self->held_hash};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++)
         PyMem_RawFree(buffers[i]->data);
     Py_XDECREF(self->frame_id);
@@ -243,26 +247,18 @@ slots_grow(Parser *self)
     return 0;
 }
 
-/* The stack of the frames in self->walk (root first): found or added. -1 with an exception set on error. */
+/* The stack of the line in self->held (its frames root first, and their path hashes): found or added.
+ * -1 with an exception set on error. */
 static int32_t
-intern_walk(Parser *self)
+intern_held(Parser *self)
 {
-    const int32_t *walk = ITEMS(self->walk, int32_t);
-    Py_ssize_t depth = COUNT(self->walk, int32_t);
-    self->walk_hash.size = 0;
-    uint64_t h = 0;
-    Py_ssize_t mask = self->slot_cap - 1;
-    for (Py_ssize_t k = 0; k < depth; k++) {
-        h = path_hash(h, walk[k]);
-        if (append(&self->walk_hash, &h, sizeof(h)) < 0)
-            return -1;
-        __builtin_prefetch(&self->slots[h & (uint64_t)mask]);
-    }
-    const uint64_t *hashes = ITEMS(self->walk_hash, uint64_t);
+    const int32_t *walk = ITEMS(self->held, int32_t);
+    const uint64_t *hashes = ITEMS(self->held_hash, uint64_t);
+    Py_ssize_t depth = COUNT(self->held, int32_t);
     int32_t node = -1;
     for (Py_ssize_t k = 0; k < depth; k++) {
         int32_t frame = walk[k];
-        mask = self->slot_cap - 1;
+        Py_ssize_t mask = self->slot_cap - 1;
         Py_ssize_t j = (Py_ssize_t)(hashes[k] & (uint64_t)mask);
         for (;;) {
             Slot *slot = &self->slots[j];
@@ -289,6 +285,22 @@ intern_walk(Parser *self)
         node = self->slots[j].stack;
     }
     return node;
+}
+
+/* Walk the held line, if any: its stack and weight join the lines'. 0, or -1 with an exception set. */
+static int
+walk_held(Parser *self)
+{
+    if (!self->holding)
+        return 0;
+    self->holding = 0;
+    int32_t leaf = intern_held(self);
+    if (leaf < 0)
+        return -1;
+    if (append(&self->leaf, &leaf, sizeof(leaf)) < 0
+        || append(&self->weight, &self->held_weight, sizeof(self->held_weight)) < 0)
+        return -1;
+    return 0;
 }
 
 /* ---- one line */
@@ -398,25 +410,32 @@ parse_line(Parser *self, const char *s, Py_ssize_t n)
     if (is_blank)
         return is_blank < 0 ? -1 : malformed(self, s, n);
 
-    self->walk.size = 0;
+    self->walk.size = self->walk_hash.size = 0;
     const char *p = s, *end = s + sep;
+    uint64_t path = 0;
     for (;;) {
         const char *q;
         uint64_t h = hash_until(p, end, ';', &q);
         int32_t frame = label_frame(self, p, q - p, h);
         if (frame < 0)
             return -1;
-        if (append(&self->walk, &frame, sizeof(frame)) < 0)
+        path = path_hash(path, frame);
+        if (append(&self->walk, &frame, sizeof(frame)) < 0 || append(&self->walk_hash, &path, sizeof(path)) < 0)
             return -1;
+        __builtin_prefetch(&self->slots[path & (uint64_t)(self->slot_cap - 1)]);
         if (q == end)
             break;
         p = q + 1;
     }
-    int32_t leaf = intern_walk(self);
-    if (leaf < 0)
+    if (walk_held(self) < 0)  /* the line before: its slots were prefetched a line ago */
         return -1;
-    if (append(&self->leaf, &leaf, sizeof(leaf)) < 0 || append(&self->weight, &weight, sizeof(weight)) < 0)
-        return -1;
+    Buffer walk = self->held, walk_hash = self->held_hash;
+    self->held = self->walk;
+    self->held_hash = self->walk_hash;
+    self->walk = walk;
+    self->walk_hash = walk_hash;
+    self->held_weight = weight;
+    self->holding = 1;
     return 0;
 }
 
@@ -479,6 +498,8 @@ Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
         if (parse_line(self, self->pending.data, n) < 0)
             return NULL;
     }
+    if (walk_held(self) < 0)
+        return NULL;
     return Py_BuildValue("(NNNNLLO)", bytearray_of(&self->parent), bytearray_of(&self->frame),
                          bytearray_of(&self->leaf), bytearray_of(&self->weight),
                          self->skipped, self->first_bad, self->bad ? self->bad : Py_None);
