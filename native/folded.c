@@ -8,23 +8,28 @@
  * (non-ASCII whitespace, counts that are not plain digits), so both readers agree on every input.
  *
  * Interning is two hash tables: label bytes -> frame id (a few thousand labels), and
- * (parent stack, frame) -> stack. The second is large and read at random; it is addressed by a hash
- * of the whole frame path, which depends only on the labels. So a line's slots are prefetched as its
- * labels are read, and the line is walked only after the next line's labels have been read: the
- * slots' cache misses are served meanwhile instead of one after another.
+ * (parent stack, frame) -> stack. The second is large and read at random: its work is mostly waiting
+ * on memory, so it runs in a thread of its own, which needs no Python. The caller's thread reads the
+ * lines' labels into a batch of frame ids and hands full batches over; the interning thread walks
+ * them. A stack's slot is addressed by a hash of its whole frame path, which depends only on the frame
+ * ids: the next line's slots are prefetched while a line is walked, so their cache misses overlap.
+ * Where no thread can be started, the caller's thread walks each batch itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "byte_buffer.h"
 #include "byte_hash.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
+#define BATCH_FRAMES (32 << 10)  /* a batch is handed over once it holds this many frames */
 
 #define ITEMS(buffer, type) ((type *)(buffer).data)
 #define COUNT(buffer, type) ((Py_ssize_t)((buffer).size / sizeof(type)))
@@ -49,8 +54,9 @@ typedef struct {
     int32_t stack;       /* -1 marks an empty slot */
 } Slot;
 
-/* An empty slot table. It is large and read at random, so it asks for huge pages where the
- * system grants them on request: a TLB miss less on most lookups. */
+/* An empty slot table, or NULL (no exception set: the interning thread grows it). It is large and read
+ * at random, so it asks for huge pages where the system grants them on request: a TLB miss less on
+ * most lookups. */
 static Slot *
 new_slots(Py_ssize_t cap)
 {
@@ -66,13 +72,18 @@ new_slots(Py_ssize_t cap)
     else
 #endif
         p = malloc(size);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    memset(p, 0xff, size);
+    if (p != NULL)
+        memset(p, 0xff, size);
     return p;
 }
+
+/* Lines read but not yet interned: per line its depth and weight, and its frames' ids. */
+typedef struct {
+    Buffer depth, weight;            /* int32 and double per line */
+    Buffer frame;                    /* int32 per frame, the lines' frames one after another */
+} Batch;
+
+enum { FAIL_MEMORY = 1, FAIL_STACKS = 2 };  /* why the interning thread stopped */
 
 typedef struct {
     PyObject_HEAD
@@ -82,28 +93,43 @@ typedef struct {
     Label *labels;                   /* open addressing, power-of-two size */
     Py_ssize_t label_cap, label_count;
     Buffer text;                     /* the labels' bytes, one after another (a few hot cache lines) */
-    Slot *slots;                     /* (parent, frame) -> stack, power-of-two size */
-    Py_ssize_t slot_cap;
-    Buffer parent, frame;            /* int32 per stack: the stack table */
-    Buffer path;                     /* uint64 per stack: its path hash (to rehash the slots) */
-    Buffer leaf, weight;             /* int32 and double per accepted line */
     long long line_no;               /* lines seen, blank and skipped ones included */
     long long skipped, first_bad;
     PyObject *bad;                   /* (line number, bytes) of the malformed line that stopped a strict parse */
     Buffer pending;                  /* a line cut by the end of a chunk */
-    Buffer walk, walk_hash;          /* per depth of the line being read: frame id (int32), path hash (uint64) */
-    Buffer held, held_hash;          /* the same for the line read before it, not yet walked */
-    int holding;                     /* whether ``held`` is such a line */
-    double held_weight;
+    Batch batches[2];                /* the caller's thread fills one while the other is interned */
+    int filling;                     /* which */
+    /* The stack table and the lines' columns: written by the interning thread while it runs. */
+    Slot *slots;                     /* (parent, frame) -> stack, power-of-two size */
+    Py_ssize_t slot_cap;
+    Buffer parent, frame;            /* int32 per stack: the stack table */
+    Buffer path;                     /* uint64 per stack: its path hash (to rehash the slots) */
+    Buffer leaf, weight;             /* int32 and double per interned line */
+    Buffer paths[2];                 /* uint64 per frame: the path hashes of the line walked and the next */
+    /* The interning thread and what it shares with the caller's, under ``lock``. */
+    pthread_t thread;
+    int threaded;                    /* whether ``thread`` runs */
+    pid_t owner;                     /* the process that started it (a forked child has no such thread) */
+    pthread_mutex_t lock;
+    pthread_cond_t changed;          /* ``work`` or ``quit`` changed */
+    Batch *work;                     /* handed over and not yet interned; NULL when the thread is idle */
+    int quit;
+    int fail;                        /* FAIL_* once interning failed: later batches are dropped */
+    int ready;                       /* __init__ succeeded */
 } Parser;
+
+static void stop_thread(Parser *self);
 
 static void
 Parser_dealloc(Parser *self)
 {
+    stop_thread(self);
     PyMem_RawFree(self->labels);
     free(self->slots);
+    Batch *b = self->batches;
     Buffer *buffers[] = {&self->text, &self->parent, &self->frame, &self->path, &self->leaf, &self->weight,
-                         &self->pending, &self->walk, &self->walk_hash, &self->held, &self->held_hash};
+                         &self->pending, &self->paths[0], &self->paths[1], &b[0].depth, &b[0].weight,
+                         &b[0].frame, &b[1].depth, &b[1].weight, &b[1].frame};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++)
         PyMem_RawFree(buffers[i]->data);
     Py_XDECREF(self->frame_id);
@@ -133,9 +159,18 @@ Parser_init(Parser *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     memset(self->labels, 0xff, (size_t)self->label_cap * sizeof(Label));
+    if (pthread_mutex_init(&self->lock, NULL) != 0 || pthread_cond_init(&self->changed, NULL) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot make the interning thread's lock");
+        return -1;
+    }
     self->slot_cap = 1 << 16;
     self->slots = new_slots(self->slot_cap);
-    return self->slots == NULL ? -1 : 0;
+    if (self->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->ready = 1;
+    return 0;
 }
 
 /* ---- frame labels */
@@ -224,8 +259,9 @@ label_frame(Parser *self, const char *s, Py_ssize_t n, uint64_t h)
     return (int32_t)frame;
 }
 
-/* ---- the stack table */
+/* ---- the stack table (no Python: it runs in the interning thread) */
 
+/* Double the slot table: 0, or -1 out of memory. */
 static int
 slots_grow(Parser *self)
 {
@@ -236,6 +272,8 @@ slots_grow(Parser *self)
     const int32_t *parent = ITEMS(self->parent, int32_t), *frame = ITEMS(self->frame, int32_t);
     const uint64_t *path = ITEMS(self->path, uint64_t);
     for (Py_ssize_t s = 0, n = COUNT(self->parent, int32_t); s < n; s++) {
+        if (s + 16 < n)  /* the slots are written at random: their misses overlap */
+            __builtin_prefetch(&table[path[s + 16] & (uint64_t)(cap - 1)], 1);
         Py_ssize_t j = (Py_ssize_t)(path[s] & (uint64_t)(cap - 1));
         while (table[j].stack >= 0)
             j = (j + 1) & (cap - 1);
@@ -247,19 +285,32 @@ slots_grow(Parser *self)
     return 0;
 }
 
-/* The stack of the line in self->held (its frames root first, and their path hashes): found or added.
- * -1 with an exception set on error. */
-static int32_t
-intern_held(Parser *self)
+/* The path hashes of a line's frames into ``out``, their slots prefetched: 0, or -1 out of memory. */
+static int
+hash_paths(const Parser *self, const int32_t *frame, Py_ssize_t depth, Buffer *out)
 {
-    const int32_t *walk = ITEMS(self->held, int32_t);
-    const uint64_t *hashes = ITEMS(self->held_hash, uint64_t);
-    Py_ssize_t depth = COUNT(self->held, int32_t);
+    out->size = 0;
+    if (out->capacity < (size_t)depth * sizeof(uint64_t) && grow_buffer(out, (size_t)depth * sizeof(uint64_t)) < 0)
+        return -1;
+    uint64_t *path = ITEMS(*out, uint64_t), h = 0;
+    for (Py_ssize_t k = 0; k < depth; k++) {
+        h = path[k] = path_hash(h, frame[k]);
+        __builtin_prefetch(&self->slots[h & (uint64_t)(self->slot_cap - 1)]);
+    }
+    out->size = (size_t)depth * sizeof(uint64_t);
+    return 0;
+}
+
+/* The stack of one line (its frames root first, and their path hashes): found or added. -1 with
+ * *fail set. */
+static int32_t
+intern_line(Parser *self, const int32_t *walk, const uint64_t *path, Py_ssize_t depth, int *fail)
+{
     int32_t node = -1;
     for (Py_ssize_t k = 0; k < depth; k++) {
         int32_t frame = walk[k];
         Py_ssize_t mask = self->slot_cap - 1;
-        Py_ssize_t j = (Py_ssize_t)(hashes[k] & (uint64_t)mask);
+        Py_ssize_t j = (Py_ssize_t)(path[k] & (uint64_t)mask);
         for (;;) {
             Slot *slot = &self->slots[j];
             if (slot->stack < 0)
@@ -270,16 +321,20 @@ intern_held(Parser *self)
         }
         Py_ssize_t s = COUNT(self->parent, int32_t);
         if (s >= INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError, "more than 2**31 distinct stacks");
+            *fail = FAIL_STACKS;
             return -1;
         }
-        if (append(&self->parent, &node, sizeof(node)) < 0 || append(&self->frame, &frame, sizeof(frame)) < 0
-            || append(&self->path, &hashes[k], sizeof(uint64_t)) < 0)
+        if (append_raw(&self->parent, &node, sizeof(node)) < 0 || append_raw(&self->frame, &frame, sizeof(frame)) < 0
+            || append_raw(&self->path, &path[k], sizeof(uint64_t)) < 0) {
+            *fail = FAIL_MEMORY;
             return -1;
+        }
         self->slots[j] = (Slot){node, frame, (int32_t)s};
         node = (int32_t)s;
-        if ((s + 1) * 10 > self->slot_cap * 7 && slots_grow(self) < 0)
+        if ((s + 1) * 10 > self->slot_cap * 7 && slots_grow(self) < 0) {
+            *fail = FAIL_MEMORY;
             return -1;
+        }
         continue;
     found:
         node = self->slots[j].stack;
@@ -287,20 +342,130 @@ intern_held(Parser *self)
     return node;
 }
 
-/* Walk the held line, if any: its stack and weight join the lines'. 0, or -1 with an exception set. */
+/* Intern a batch's lines in order, each line's path hashed (and its slots prefetched) while the line
+ * before is walked: 0, or FAIL_*. */
 static int
-walk_held(Parser *self)
+intern_batch(Parser *self, const Batch *b)
 {
-    if (!self->holding)
-        return 0;
-    self->holding = 0;
-    int32_t leaf = intern_held(self);
-    if (leaf < 0)
-        return -1;
-    if (append(&self->leaf, &leaf, sizeof(leaf)) < 0
-        || append(&self->weight, &self->held_weight, sizeof(self->held_weight)) < 0)
-        return -1;
+    const int32_t *depth = ITEMS(b->depth, int32_t), *frame = ITEMS(b->frame, int32_t);
+    const double *weight = ITEMS(b->weight, double);
+    Py_ssize_t lines = COUNT(b->depth, int32_t);
+    if (lines && hash_paths(self, frame, depth[0], &self->paths[0]) < 0)
+        return FAIL_MEMORY;
+    for (Py_ssize_t i = 0, at = 0; i < lines; at += depth[i], i++) {
+        if (i + 1 < lines && hash_paths(self, frame + at + depth[i], depth[i + 1], &self->paths[(i + 1) & 1]) < 0)
+            return FAIL_MEMORY;
+        int fail = 0;
+        int32_t leaf = intern_line(self, frame + at, ITEMS(self->paths[i & 1], uint64_t), depth[i], &fail);
+        if (leaf < 0)
+            return fail;
+        if (append_raw(&self->leaf, &leaf, sizeof(leaf)) < 0
+            || append_raw(&self->weight, &weight[i], sizeof(double)) < 0)
+            return FAIL_MEMORY;
+    }
     return 0;
+}
+
+static void *
+interning_thread(void *arg)
+{
+    Parser *self = arg;
+    pthread_mutex_lock(&self->lock);
+    for (;;) {
+        while (self->work == NULL && !self->quit)
+            pthread_cond_wait(&self->changed, &self->lock);
+        if (self->work == NULL)
+            break;
+        const Batch *b = self->work;
+        int fail = self->fail;
+        pthread_mutex_unlock(&self->lock);
+        if (!fail)
+            fail = intern_batch(self, b);
+        pthread_mutex_lock(&self->lock);
+        self->fail = fail;
+        self->work = NULL;
+        pthread_cond_broadcast(&self->changed);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return NULL;
+}
+
+/* Wait until the interning thread is idle (the GIL released meanwhile). */
+static void
+wait_idle(Parser *self)
+{
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->lock);
+    while (self->work != NULL)
+        pthread_cond_wait(&self->changed, &self->lock);
+    pthread_mutex_unlock(&self->lock);
+    Py_END_ALLOW_THREADS
+}
+
+static void
+stop_thread(Parser *self)
+{
+    if (!self->threaded)
+        return;
+    if (getpid() != self->owner) {  /* a forked child: the thread is its parent's */
+        self->threaded = 0;
+        return;
+    }
+    pthread_mutex_lock(&self->lock);
+    self->quit = 1;
+    pthread_cond_broadcast(&self->changed);
+    pthread_mutex_unlock(&self->lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(self->thread, NULL);
+    Py_END_ALLOW_THREADS
+    self->threaded = 0;
+}
+
+/* An exception for why interning failed: -1 if it did, else 0. Only while the thread is idle. */
+static int
+raise_failure(const Parser *self)
+{
+    if (self->fail == FAIL_MEMORY)
+        PyErr_NoMemory();
+    else if (self->fail == FAIL_STACKS)
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 distinct stacks");
+    return self->fail ? -1 : 0;
+}
+
+/* Hand the batch being filled over to the interning thread (started by the first one; while it
+ * cannot start, each batch is interned here), and start filling the other. 0, or -1 with an
+ * exception set. */
+static int
+hand_over(Parser *self)
+{
+    Batch *b = &self->batches[self->filling];
+    if (b->depth.size == 0)
+        return 0;
+    if (self->threaded && getpid() != self->owner) {
+        PyErr_SetString(PyExc_RuntimeError, "a FoldedParser cannot be fed across a fork");
+        return -1;
+    }
+    if (!self->threaded && !self->fail && pthread_create(&self->thread, NULL, interning_thread, self) == 0) {
+        self->threaded = 1;
+        self->owner = getpid();
+    }
+    if (self->threaded) {
+        wait_idle(self);  /* done with the other batch: ``fail`` is its to read until it has work */
+        if (self->fail) {
+            b->depth.size = b->weight.size = b->frame.size = 0;
+            return raise_failure(self);
+        }
+        pthread_mutex_lock(&self->lock);
+        self->work = b;
+        pthread_cond_broadcast(&self->changed);
+        pthread_mutex_unlock(&self->lock);
+        self->filling ^= 1;
+        b = &self->batches[self->filling];
+    }
+    else if (!self->fail)
+        self->fail = intern_batch(self, b);
+    b->depth.size = b->weight.size = b->frame.size = 0;
+    return raise_failure(self);
 }
 
 /* ---- one line */
@@ -410,33 +575,33 @@ parse_line(Parser *self, const char *s, Py_ssize_t n)
     if (is_blank)
         return is_blank < 0 ? -1 : malformed(self, s, n);
 
-    self->walk.size = self->walk_hash.size = 0;
+    Batch *b = &self->batches[self->filling];
+    size_t frames = b->frame.size;
     const char *p = s, *end = s + sep;
-    uint64_t path = 0;
+    int32_t depth = 0;
     for (;;) {
         const char *q;
         uint64_t h = hash_until(p, end, ';', &q);
         int32_t frame = label_frame(self, p, q - p, h);
         if (frame < 0)
-            return -1;
-        path = path_hash(path, frame);
-        if (append(&self->walk, &frame, sizeof(frame)) < 0 || append(&self->walk_hash, &path, sizeof(path)) < 0)
-            return -1;
-        __builtin_prefetch(&self->slots[path & (uint64_t)(self->slot_cap - 1)]);
+            goto failed;
+        depth++;
+        if (append(&b->frame, &frame, sizeof(frame)) < 0)
+            goto failed;
         if (q == end)
             break;
         p = q + 1;
     }
-    if (walk_held(self) < 0)  /* the line before: its slots were prefetched a line ago */
-        return -1;
-    Buffer walk = self->held, walk_hash = self->held_hash;
-    self->held = self->walk;
-    self->held_hash = self->walk_hash;
-    self->walk = walk;
-    self->walk_hash = walk_hash;
-    self->held_weight = weight;
-    self->holding = 1;
-    return 0;
+    if (append(&b->depth, &depth, sizeof(depth)) < 0)
+        goto failed;
+    if (append(&b->weight, &weight, sizeof(weight)) < 0) {
+        b->depth.size -= sizeof(depth);
+        goto failed;
+    }
+    return b->frame.size >= BATCH_FRAMES * sizeof(int32_t) ? hand_over(self) : 0;
+failed:  /* the batch holds whole lines only */
+    b->frame.size = frames;
+    return -1;
 }
 
 /* ---- Python methods */
@@ -444,7 +609,7 @@ parse_line(Parser *self, const char *s, Py_ssize_t n)
 static PyObject *
 Parser_feed(Parser *self, PyObject *arg)
 {
-    if (self->slots == NULL) {      /* allocated last by __init__ */
+    if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
         return NULL;
     }
@@ -488,7 +653,7 @@ bytearray_of(const Buffer *b)
 static PyObject *
 Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->slots == NULL) {      /* allocated last by __init__ */
+    if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
         return NULL;
     }
@@ -498,8 +663,14 @@ Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
         if (parse_line(self, self->pending.data, n) < 0)
             return NULL;
     }
-    if (walk_held(self) < 0)
+    if (hand_over(self) < 0)
         return NULL;
+    if (self->threaded) {  /* the last batch interned (hand_over refused a forked child) */
+        wait_idle(self);
+        stop_thread(self);
+        if (raise_failure(self) < 0)
+            return NULL;
+    }
     return Py_BuildValue("(NNNNLLO)", bytearray_of(&self->parent), bytearray_of(&self->frame),
                          bytearray_of(&self->leaf), bytearray_of(&self->weight),
                          self->skipped, self->first_bad, self->bad ? self->bad : Py_None);

@@ -4,6 +4,7 @@ Profile."""
 from __future__ import annotations
 
 import io
+import os
 import random
 import sys
 
@@ -122,15 +123,20 @@ def test_both_readers_skip_the_same_malformed_lines(capsys):
     assert warnings and all(w.startswith("flameprof: warning: in.folded: skipped ") for w in warnings)
 
 
-@pytest.mark.parametrize("bad", sorted(MALFORMED))
-def test_both_readers_stop_at_the_same_malformed_line(bad):
-    data = b"main;a 1\n\n# note\n" + bad + b"\r\nmain;b 2\n"
+def strict_error(data: bytes) -> str:
+    """The error line both readers stop at (they must agree)."""
     with pytest.raises(FlameprofError) as fast:
         read_folded_bytes(data, "in.folded")
     with pytest.raises(FlameprofError) as slow:
         python_read(data)
     assert str(fast.value) == str(slow.value)
-    assert str(fast.value).startswith("in.folded:4: malformed folded line")
+    return str(fast.value)
+
+
+@pytest.mark.parametrize("bad", sorted(MALFORMED))
+def test_both_readers_stop_at_the_same_malformed_line(bad):
+    data = b"main;a 1\n\n# note\n" + bad + b"\r\nmain;b 2\n"
+    assert strict_error(data).startswith("in.folded:4: malformed folded line")
 
 
 def test_texts_naming_the_same_frame_share_it():
@@ -214,3 +220,60 @@ def test_the_c_reader_asks_python_once_per_distinct_label_wherever_it_stands():
     assert parser.feed("".join(lines).encode())
     distinct = {"p" * shift for shift in range(9)} | set(labels) | {"q"}
     assert sorted(asked) == sorted(distinct)
+
+
+def big_text(lines: int, seed: int) -> bytes:
+    """Generated deep stacks: enough frames that the C reader hands several batches to its interning
+    thread."""
+    rng = random.Random(seed)
+    pool = [f"f{i} (m{i % 7}.py:{i})".encode() for i in range(300)]
+    return b"".join(
+        b";".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) + b" %d\n" % rng.randint(1, 9)
+        for _ in range(lines)
+    )
+
+
+def test_both_readers_agree_across_the_c_readers_batches():
+    data = big_text(6000, seed=11)
+    assert data.count(b";") > 4 * 32768  # several batches of the C reader's interning thread
+    expected = python_read(data)
+    expected.meta["source"] = "<stdin>"
+    rng = random.Random(12)
+    cuts = sorted(rng.sample(range(1, len(data)), 40))  # chunks of every size, lines cut anywhere
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    assert_same_profile(read_folded_chunks(chunks), expected)
+
+
+def test_a_malformed_line_after_many_batches_reads_as_in_python():
+    lines = big_text(6000, seed=13).splitlines(keepends=True)
+    data = b"".join(lines[:4000] + [b"main;oops\n"] + lines[4000:])
+    assert strict_error(data).startswith("in.folded:4001: malformed folded line")
+    lenient = read_folded_bytes(data, "in.folded", strict=False)
+    assert_same_profile(lenient, python_read(data, strict=False))
+    assert lenient.num_samples == 6000
+
+
+def test_a_forked_child_is_refused_the_parent_parser_and_the_parent_reads_on():
+    """The C reader's interning thread is not copied by fork: a child that feeds its copy of the parser
+    gets an error, not a hang, and the parent's parse is unharmed."""
+    from flameprof._folded import FoldedParser
+
+    data = big_text(4000, seed=14)
+    half = data.index(b"\n", len(data) // 2) + 1
+    frames: dict[str, int] = {}
+    parser = FoldedParser(lambda text: frames.setdefault(text, len(frames)))
+    assert parser.feed(data[:half])  # several batches handed over: the thread runs
+    pid = os.fork()
+    if pid == 0:
+        try:
+            parser.feed(data[half:])
+            parser.finish()
+            code = 1
+        except RuntimeError as exc:
+            code = 0 if "fork" in str(exc) else 2
+        os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert parser.feed(data[half:])
+    whole = FoldedParser(lambda text: frames.setdefault(text, len(frames)))
+    assert whole.feed(data)
+    assert parser.finish() == whole.finish()

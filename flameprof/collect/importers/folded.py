@@ -125,7 +125,7 @@ def read_folded(
 
 
 def read_folded_chunks(
-    chunks: Iterable[bytes], source: str = "<stdin>", strict: bool = True, unit: str = "count"
+    chunks: Iterable[bytes | memoryview], source: str = "<stdin>", strict: bool = True, unit: str = "count"
 ) -> Profile:
     """``read_folded`` of UTF-8 text given as chunks of bytes cut anywhere (invalid bytes read as U+FFFD),
     by the C reader ``flameprof._folded`` when it is built (the same Profile, several times faster), else
@@ -158,7 +158,7 @@ def read_folded_chunks(
     )
 
 
-def _decoded_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+def _decoded_lines(chunks: Iterable[bytes | memoryview]) -> Iterator[str]:
     """The lines (without their ``\\n``) of UTF-8 text given as chunks of bytes cut anywhere."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     rest = ""

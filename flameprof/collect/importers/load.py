@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import io
-import itertools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr
 from functools import partial
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from ...errors import FlameprofError
 from ...model import storage
@@ -22,7 +21,9 @@ from .kineto_profile import import_kineto, read_kineto, read_kineto_document
 from .perf_profile import read_perf_script
 from .pyspy import read_pyspy_raw, read_speedscope
 
-CHUNK = 8 << 20  # folded text is read this much at a time: a file of gigabytes is never held whole
+# folded text is read this much at a time into one buffer: a file of gigabytes is never held whole,
+# and the chunk the kernel copies in is still in the core's cache when the parser reads it
+CHUNK = 128 << 10
 
 
 @contextmanager
@@ -123,9 +124,8 @@ def load_input(
         data = None
         if fmt == "folded":
             _check_text(head, source)
-            chunks = itertools.chain([head], iter(partial(fh.read, CHUNK), b""))
             with _held_warnings():
-                profile = _found(read_folded_chunks(chunks, source, strict), source, "folded")
+                profile = _found(read_folded_chunks(_chunks(head, fh), source, strict), source, "folded")
         elif fmt == "kineto":  # streamed a chunk at a time: a trace may be gigabytes
             document = open_document(_rewound(fh, start, head), source)
             with _held_warnings():
@@ -146,6 +146,17 @@ def load_input(
         with _writing(output, source) as out:
             out.profile(profile)
     return profile
+
+
+def _chunks(head: bytes, fh: BinaryIO) -> Iterator[bytes | memoryview]:
+    """``head``, then the rest of ``fh`` in chunks of ``CHUNK`` bytes read into one buffer: a chunk is
+    overwritten by the next, so its reader keeps none."""
+    yield head
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    readinto = cast(io.BufferedIOBase, fh).readinto  # a file opened "rb" and stdin's buffer both have it
+    while size := readinto(buffer):
+        yield view[:size]
 
 
 @contextmanager
