@@ -230,6 +230,7 @@ QUICK: dict[str, Quick] = {
     "render": Quick(
         ("--flamegraph-pl", "{flamegraph}/flamegraph.pl", "--lines", "100000", "--repeat", "1"),
         (
+            Figure("wall-time ratio to flamegraph.pl (100k lines)", r"(\d+\.\d+)x wall", 30.0),
             Figure("CPU ratio to flamegraph.pl (100k lines)", r"(\d+\.\d+)x CPU", 30.0),
             Figure("SVG size / flamegraph.pl's", r"flamegraph.pl: (\d+\.\d+)", 0.5, higher_is_better=False),
         ),
