@@ -116,6 +116,7 @@ typedef struct {
     int quit;
     int fail;                        /* FAIL_* once interning failed: later batches are dropped */
     int ready;                       /* __init__ succeeded */
+    int busy;                        /* a feed or finish is running */
 } Parser;
 
 static void stop_thread(Parser *self);
@@ -606,13 +607,27 @@ failed:  /* the batch holds whole lines only */
 
 /* ---- Python methods */
 
-static PyObject *
-Parser_feed(Parser *self, PyObject *arg)
+/* Whether a method may run: the parser is initialized and no other call is in it. A call lets the GIL go
+ * while it waits for the interning thread, and ``frame_id`` runs Python inside it: another thread, or
+ * that callback, could otherwise enter a second call and fill the same batch. */
+static int
+enter(Parser *self)
 {
     if (!self->ready) {
         PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
-        return NULL;
+        return 0;
     }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "FoldedParser is already in a call (another thread, or frame_id)");
+        return 0;
+    }
+    self->busy = 1;
+    return 1;
+}
+
+static PyObject *
+feed(Parser *self, PyObject *arg)
+{
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -651,12 +666,8 @@ bytearray_of(const Buffer *b)
 }
 
 static PyObject *
-Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
+finish(Parser *self)
 {
-    if (!self->ready) {
-        PyErr_SetString(PyExc_RuntimeError, "FoldedParser is not initialized");
-        return NULL;
-    }
     if (self->pending.size && !self->stopped) {       /* a last line without '\n' */
         Py_ssize_t n = (Py_ssize_t)self->pending.size;
         self->pending.size = 0;
@@ -674,6 +685,26 @@ Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
     return Py_BuildValue("(NNNNLLO)", bytearray_of(&self->parent), bytearray_of(&self->frame),
                          bytearray_of(&self->leaf), bytearray_of(&self->weight),
                          self->skipped, self->first_bad, self->bad ? self->bad : Py_None);
+}
+
+static PyObject *
+Parser_feed(Parser *self, PyObject *arg)
+{
+    if (!enter(self))
+        return NULL;
+    PyObject *result = feed(self, arg);
+    self->busy = 0;
+    return result;
+}
+
+static PyObject *
+Parser_finish(Parser *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!enter(self))
+        return NULL;
+    PyObject *result = finish(self);
+    self->busy = 0;
+    return result;
 }
 
 static PyMethodDef Parser_methods[] = {

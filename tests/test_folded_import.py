@@ -280,3 +280,25 @@ def test_a_forked_child_is_refused_the_parent_parser_and_the_parent_reads_on():
     whole = FoldedParser(lambda text: frames.setdefault(text, len(frames)))
     assert whole.feed(data)
     assert parser.finish() == whole.finish()
+
+
+def test_the_c_reader_refuses_a_call_made_while_another_is_in_it():
+    """A feed lets the GIL go while it waits for the interning thread and calls frame_id: a second call
+    entering then (from another thread, or from frame_id itself) would fill the same batch."""
+    from flameprof._folded import FoldedParser
+
+    errors: list[str] = []
+
+    def frame_id(text: str) -> int:
+        try:
+            parser.feed(b"inner 1\n")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        return len(errors)
+
+    parser = FoldedParser(frame_id)
+    assert parser.feed(b"a;b 1\n")
+    assert errors == ["FoldedParser is already in a call (another thread, or frame_id)"] * 2
+    parent, frame, leaf, weight, *_ = parser.finish()  # the refused calls left nothing behind
+    assert np.frombuffer(leaf, dtype=np.int32).tolist() == [1]
+    assert np.frombuffer(weight).tolist() == [1.0]
